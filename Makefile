@@ -1,0 +1,37 @@
+# Two entry points: `make demo` and `make test`. Both create .venv from scratch if needed.
+PYTHON ?= python3
+VENV ?= .venv
+# CPU build of PyTorch for this kind of machine; GPU users: make demo TORCH_SPEC="torch"
+# (or pre-install torch for their CUDA version into .venv first; see README).
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/swarmfab run kda --budget 60s
+	$(BIN)/swarmfab export --out out/kda-champion
+
+test: $(STAMP)
+	$(MAKE) lint
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/swarmfab bench kda
+
+clean:
+	rm -rf $(VENV) .swarmfab out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+from swarmfab.cli import app
+
+app()

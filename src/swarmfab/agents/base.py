@@ -1,0 +1,53 @@
+"""The Agent protocol, shared by built-in agents and (later) LLM agents.
+
+The run loop calls ``propose(context)`` on one agent at a time; an agent returns
+candidates it wants evaluated, best first. Agents never evaluate, store or decide on a
+champion themselves: they read the context and propose. The context is rebuilt for every
+call, so an agent that keeps its own memory must treat the context as the truth.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from swarmfab.goal import Goal
+from swarmfab.kernels import DesignSpace, KnobValue
+from swarmfab.records import Candidate, Verdict
+
+__all__ = ["Agent", "Context"]
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What an agent may know when it proposes."""
+
+    goal: Goal
+    space: DesignSpace
+    champion: Candidate | None
+    evaluated: frozenset[str]
+    recent: tuple[Verdict, ...] = ()
+    lessons: tuple[str, ...] = ()
+    rng: random.Random = field(default_factory=random.Random)
+
+    def champion_setting(self) -> dict[str, KnobValue]:
+        """The champion's knobs, or the space's default before any champion exists."""
+        if self.champion is not None and self.champion.knobs:
+            return dict(self.champion.knobs)
+        return self.space.default()
+
+
+class Agent(ABC):
+    """A proposer that owns one domain (``role``) of a design space."""
+
+    def __init__(self, agent_id: str, role: str):
+        self.id = agent_id
+        self.role = role
+
+    @abstractmethod
+    def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
+        """Up to ``limit`` candidates not in ``context.evaluated``; [] when out of ideas."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.id!r}, role={self.role!r})"

@@ -1,0 +1,100 @@
+"""A built-in domain agent: hill climbing over the knobs of its own domain.
+
+Around the current champion it tries the one-step neighbours of the knobs it owns, in
+random order; once its neighbourhood is exhausted it makes a larger move (two or more of
+its knobs at once). When another domain's change becomes champion, the neighbourhood is
+recomputed around the new champion: re-basing is automatic.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from swarmfab.agents.base import Agent, Context
+from swarmfab.kernels import Knob, KnobValue
+from swarmfab.records import Candidate
+
+__all__ = ["LocalSearchAgent", "RestartAgent", "domain_agents"]
+
+
+class LocalSearchAgent(Agent):
+    """Owns the knobs of one domain; proposes neighbours of the champion in that domain."""
+
+    def __init__(self, agent_id: str, role: str, knobs: tuple[Knob, ...]):
+        super().__init__(agent_id, role)
+        self.knobs = knobs
+
+    def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
+        base = context.champion_setting()
+        parent = (context.champion.id,) if context.champion else ()
+        proposals: list[Candidate] = []
+        seen = set(context.evaluated)
+        for setting, why in self._moves(base, context):
+            candidate = context.space.instantiate(
+                setting, threads=context.goal.threads, parents=parent, agent=self.id,
+                rationale=why,
+            )
+            if candidate.id in seen:
+                continue
+            seen.add(candidate.id)
+            proposals.append(candidate)
+            if len(proposals) >= limit:
+                break
+        return proposals
+
+    def _moves(self, base: dict[str, KnobValue], context: Context):  # type: ignore[no-untyped-def]
+        """Settings to try, nearest first: the base itself, single steps, then joint moves."""
+        yield dict(base), "starting point of the search"
+        steps = [(knob, value) for knob in self.knobs for value in knob.neighbours(base[knob.name])]
+        context.rng.shuffle(steps)
+        for knob, value in steps:
+            yield {**base, knob.name: value}, f"{knob.name}: {base[knob.name]} -> {value}"
+        joint = list(itertools.product(*(knob.values for knob in self.knobs)))
+        context.rng.shuffle(joint)
+        for values in joint:
+            setting = {**base, **{k.name: v for k, v in zip(self.knobs, values, strict=True)}}
+            changed = [k.name for k in self.knobs if setting[k.name] != base[k.name]]
+            yield setting, "joint move in " + self.role + ": " + ", ".join(
+                f"{name} -> {setting[name]}" for name in changed
+            )
+
+
+def domain_agents(knobs: tuple[Knob, ...]) -> list[LocalSearchAgent]:
+    """One agent per domain of a design space, each owning that domain's knobs."""
+    domains = sorted({knob.domain for knob in knobs})
+    return [
+        LocalSearchAgent(f"builtin-{domain}", domain,
+                         tuple(k for k in knobs if k.domain == domain))
+        for domain in domains
+    ]
+
+
+class RestartAgent(Agent):
+    """Explores when the domain agents are stuck: random settings of the whole space.
+
+    Only consulted once every domain agent has run out of proposals around the champion
+    (for instance when nothing has beaten the baselines yet), so the run never stalls on
+    a dead neighbourhood while unexplored settings remain.
+    """
+
+    def __init__(self, agent_id: str = "builtin-restart"):
+        super().__init__(agent_id, "exploration")
+
+    def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
+        proposals: list[Candidate] = []
+        seen = set(context.evaluated)
+        settings = list(itertools.product(*(knob.values for knob in context.space.knobs)))
+        context.rng.shuffle(settings)
+        parent = (context.champion.id,) if context.champion else ()
+        for values in settings:
+            setting = {k.name: v for k, v in zip(context.space.knobs, values, strict=True)}
+            candidate = context.space.instantiate(
+                setting, threads=context.goal.threads, parents=parent, agent=self.id,
+                rationale="restart: random point of the whole space",
+            )
+            if candidate.id not in seen:
+                seen.add(candidate.id)
+                proposals.append(candidate)
+                if len(proposals) >= limit:
+                    break
+        return proposals

@@ -1,0 +1,49 @@
+"""The Backend contract: turn a candidate's sources into something callable.
+
+``build`` runs in the trusted parent (it only invokes a compiler) and returns an
+:class:`Artifact` on disk; ``load`` runs inside a sandboxed worker, where the candidate's
+own code first executes. Backends hold no per-candidate state and are safe to share.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from swarmfab.records import Candidate
+from swarmfab.workloads import Forward, Workload
+
+__all__ = ["Artifact", "Backend"]
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """A built candidate: the file a worker loads, and which backend loads it."""
+
+    backend: str
+    path: Path
+    cached: bool = False
+
+
+class Backend(ABC):
+    """Build and load candidates of one kind (C, Python, ...)."""
+
+    name: str
+
+    @abstractmethod
+    def build(self, candidate: Candidate, cache_dir: Path) -> Artifact:
+        """Build ``candidate`` (or reuse the cache). Raises BuildError with diagnostics."""
+
+    @abstractmethod
+    def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
+        """Load a built artifact as the workload's Python entry point.
+
+        ``fill_outputs`` asks compiled kernels' wrappers to pre-fill output buffers with
+        NaN (verification); benchmarks pass False so the fill is not timed.
+        Raises CandidateError when the artifact lacks the entry point.
+        """
+
+    def describe(self) -> dict[str, str]:
+        """Facts about the toolchain (compiler version...) for provenance. Optional."""
+        return {}

@@ -1,0 +1,130 @@
+"""The C backend: gcc or clang with OpenMP, loaded through ctypes.
+
+Builds are cached by a key over the source, the flags, the compiler's version and the
+host's ISA, so re-evaluating a candidate (or resuming a run) never recompiles it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from swarmfab.backends._base import Artifact, Backend
+from swarmfab.errors import BuildError, CandidateError, Diagnostic
+from swarmfab.records import Candidate
+from swarmfab.workloads import Forward, Workload
+
+__all__ = ["CBackend", "host_isa"]
+
+_DIAGNOSTIC = re.compile(
+    r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s*(?P<severity>fatal error|error|warning):\s*"
+    r"(?P<message>.*)$",
+    re.MULTILINE,
+)
+BUILD_TIMEOUT_S = 120.0
+_BASE_FLAGS = ("-fPIC", "-shared", "-fopenmp", "-std=gnu11")
+
+
+@functools.cache
+def host_isa() -> str:
+    """The host's machine and vector ISA flags (part of the build-cache key and provenance)."""
+    flags: list[str] = []
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                wanted = ("avx", "fma", "sse4", "f16c", "amx")
+                flags = sorted(f for f in line.split(":")[1].split() if f.startswith(wanted))
+                break
+    except OSError:
+        pass
+    return f"{platform.machine()} {' '.join(flags)}".strip()
+
+
+@functools.cache
+def _compiler_version(compiler: str) -> str:
+    try:
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"C compiler {compiler!r} cannot be run: {exc}") from exc
+    return out.stdout.splitlines()[0] if out.stdout else compiler
+
+
+def parse_diagnostics(log: str) -> tuple[Diagnostic, ...]:
+    """Compiler errors and warnings as structured records (file name without directories)."""
+    return tuple(
+        Diagnostic(Path(m["file"]).name, int(m["line"]), m["severity"], m["message"].strip())
+        for m in _DIAGNOSTIC.finditer(log)
+    )
+
+
+class CBackend(Backend):
+    """C sources exporting the workload's ``c_symbol``."""
+
+    name = "c"
+
+    def __init__(self, compiler: str | None = None):
+        self.compiler = compiler or os.environ.get("CC") or "gcc"
+
+    def describe(self) -> dict[str, str]:
+        return {"compiler": _compiler_version(self.compiler), "isa": host_isa()}
+
+    def cache_key(self, candidate: Candidate) -> str:
+        parts = [candidate.id, " ".join(candidate.flags), _compiler_version(self.compiler),
+                 host_isa(), " ".join(_BASE_FLAGS)]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
+
+    def build(self, candidate: Candidate, cache_dir: Path) -> Artifact:
+        target = cache_dir.resolve() / "c" / self.cache_key(candidate) / "kernel.so"
+        if target.exists():
+            return Artifact(self.name, target, cached=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+            for rel, text in candidate.sources.items():
+                path = Path(scratch) / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            output = Path(scratch) / "kernel.so"
+            command = [self.compiler, *candidate.flags, *_BASE_FLAGS, "-o", str(output),
+                       str(Path(scratch) / candidate.entry), "-lm"]
+            self._compile(command, cwd=Path(scratch))
+            os.replace(output, target)  # atomic: a reader never sees half a library
+        return Artifact(self.name, target)
+
+    def _compile(self, command: list[str], cwd: Path) -> None:
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, cwd=cwd,
+                                  timeout=BUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            raise BuildError(f"compilation took longer than {BUILD_TIMEOUT_S:.0f} s") from exc
+        except OSError as exc:
+            raise BuildError(f"cannot run the C compiler {self.compiler!r}: {exc}") from exc
+        if done.returncode != 0:
+            log = (done.stderr or done.stdout)[-20_000:]
+            diagnostics = parse_diagnostics(log)
+            errors = [d for d in diagnostics if d.severity != "warning"]
+            lines = log.strip().splitlines() or ["(no compiler output)"]
+            first = str(errors[0]) if errors else lines[0]
+            raise BuildError(f"compilation failed: {first}", diagnostics, log)
+
+    def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
+        try:
+            library = ctypes.CDLL(str(artifact.path))
+        except OSError as exc:
+            raise CandidateError(f"cannot load the compiled kernel: {exc}") from exc
+        try:
+            function = getattr(library, workload.c_symbol)
+        except AttributeError:
+            raise CandidateError(f"the kernel does not export {workload.c_symbol}") from None
+        return workload.wrap_c(function, fill_outputs=fill_outputs)
+
+
+def compiler_available(compiler: str = "gcc") -> bool:
+    return shutil.which(compiler) is not None

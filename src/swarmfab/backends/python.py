@@ -1,0 +1,55 @@
+"""The Python backend: a file that defines the workload's ``forward`` (PyTorch, NumPy...)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from swarmfab.backends._base import Artifact, Backend
+from swarmfab.errors import BuildError, CandidateError
+from swarmfab.records import Candidate
+from swarmfab.workloads import Forward, Workload
+
+__all__ = ["PythonBackend"]
+
+
+class PythonBackend(Backend):
+    """Python sources; "building" checks the syntax and stores the file in the cache."""
+
+    name = "python"
+
+    def build(self, candidate: Candidate, cache_dir: Path) -> Artifact:
+        source = candidate.sources[candidate.entry]
+        try:
+            compile(source, candidate.entry, "exec")
+        except SyntaxError as exc:
+            where = f"{candidate.entry}:{exc.lineno}"
+            raise BuildError(f"syntax error at {where}: {exc.msg}") from exc
+        digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+        target = cache_dir.resolve() / "python" / digest / "candidate.py"
+        if target.exists():
+            return Artifact(self.name, target, cached=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = target.with_suffix(".tmp")
+        scratch.write_text(source)
+        os.replace(scratch, target)
+        return Artifact(self.name, target)
+
+    def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
+        module_name = f"swarmfab_candidate_{artifact.path.parent.name}"
+        spec = importlib.util.spec_from_file_location(module_name, artifact.path)
+        if spec is None or spec.loader is None:
+            raise CandidateError(f"cannot import {artifact.path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # the candidate's own import-time code failed
+            raise CandidateError(f"importing the candidate raised {exc!r}") from exc
+        forward = getattr(module, "forward", None)
+        if not callable(forward):
+            raise CandidateError("the candidate file does not define a callable `forward`")
+        return forward  # type: ignore[no-any-return]

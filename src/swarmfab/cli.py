@@ -1,0 +1,261 @@
+"""The ``swarmfab`` command line."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from swarmfab.errors import GoalError, SwarmfabError
+from swarmfab.knowledge import DEFAULT_DB, Store
+
+app = typer.Typer(
+    name="swarmfab", no_args_is_help=True, add_completion=False,
+    help="A self-improving factory for verified AI inference kernels.",
+)
+_WIDTH = None if sys.stdout.isatty() else 140  # pipes and CI get full-width tables
+console = Console(soft_wrap=True, width=_WIDTH)
+errors = Console(stderr=True, soft_wrap=True, width=_WIDTH)
+F = TypeVar("F", bound=Callable[..., Any])
+
+DbOption = Annotated[str, typer.Option("--db", help="SQLite path or SQLAlchemy URL of the store.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+def _friendly(command: F) -> F:
+    """Turn swarmfab's own errors into one clear line (exit 2 for usage, 1 otherwise)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except GoalError as exc:
+            errors.print(f"[red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        except SwarmfabError as exc:
+            errors.print(f"[red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _goal(target: str, budget: str | None, threads: int | None, seed: int | None,
+          max_evaluations: int | None) -> Any:
+    from swarmfab.goal import default_goal, load_goal
+
+    path = Path(target)
+    goal = load_goal(path) if path.suffix == ".toml" or path.exists() else default_goal(target)
+    return goal.with_overrides(budget=budget, threads=threads, seed=seed,
+                               max_evaluations=max_evaluations)
+
+
+def _evaluator(goal: Any, workdir: Path, shapes: list[Any] | None = None) -> Any:
+    from swarmfab.evaluation import Evaluator
+    from swarmfab.sandbox import Limits
+    from swarmfab.workloads import Tolerances, get_workload
+
+    workload = get_workload(goal.workload)
+    defaults = workload.tolerances(__import__("torch").float32)
+    tolerances = Tolerances(goal.tolerance.rms_ratio or defaults.rms_ratio,
+                            goal.tolerance.max_abs or defaults.max_abs_ratio)
+    return Evaluator(workload, shapes or goal.target_shapes(), workdir / "cache",
+                     threads=goal.threads, tolerances=tolerances,
+                     limits=Limits(wall_s=goal.eval_timeout_s), seed=goal.seed)
+
+
+@app.command()
+@_friendly
+def run(
+    target: Annotated[str, typer.Argument(help="A workload name (kda) or a goal TOML file.")],
+    budget: Annotated[str | None, typer.Option(help="Wall-time budget, e.g. 60s, 10m.")] = None,
+    db: DbOption = str(DEFAULT_DB),
+    threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of agents and inputs.")] = None,
+    max_evaluations: Annotated[int | None, typer.Option(help="Stop after N evaluations.")] = None,
+    workdir: Annotated[Path, typer.Option(help="Build cache and champions.")] = Path(".swarmfab"),
+) -> None:
+    """Optimise a workload: agents propose, every candidate is verified and benchmarked."""
+    from swarmfab.agents.builtin import RestartAgent, domain_agents
+    from swarmfab.kernels import design_space
+    from swarmfab.report import run_table
+    from swarmfab.swarm import Run
+
+    goal = _goal(target, budget, threads, seed, max_evaluations)
+    space = design_space(goal.workload)
+    result = Run(goal, Store(db), _evaluator(goal, workdir), space, domain_agents(space.knobs),
+                 workdir, log=lambda line: console.print(line, highlight=False),
+                 fallback=RestartAgent()).execute()
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts.items()))
+    console.print(f"run {result.run_id} {result.status}: {result.evaluations} evaluations ({counts})")
+    if result.champion is None:
+        console.print("no candidate beat the baselines: no champion")
+        raise typer.Exit(1)
+    run_record = Store(db).run(result.run_id)
+    if run_record.summary and run_record.summary["shapes"]:
+        console.print(run_table(run_record.summary))
+    console.print(f"champion {result.champion.id}: {result.champion.knobs}")
+    console.print(f"champion source: {result.champion_dir}")
+
+
+@app.command()
+@_friendly
+def verify(
+    workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
+    file: Annotated[Path, typer.Argument(help="Candidate: a .c or .py file.")],
+    as_json: JsonOption = False,
+    threads: Annotated[int | None, typer.Option(help="Threads for the candidate.")] = None,
+    workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
+) -> None:
+    """Verify a candidate file against the float64 reference. Exit 0 if accepted."""
+    from swarmfab.goal import default_goal
+    from swarmfab.records import Status
+    from swarmfab.report import verdict_table
+
+    goal = default_goal(workload).with_overrides(threads=threads)
+    verdict = _evaluator(goal, workdir).verify(_candidate_from_file(workload, file))
+    if as_json:
+        print(json.dumps(verdict.to_dict(), indent=2))
+    else:
+        console.print(verdict_table(verdict))
+        for line in verdict.diagnostics:
+            console.print(line, highlight=False, markup=False)
+    raise typer.Exit(0 if verdict.status is Status.ACCEPTED else 1)
+
+
+def _candidate_from_file(workload: str, file: Path) -> Any:
+    from swarmfab.backends import backend_for_file
+    from swarmfab.errors import CandidateError
+    from swarmfab.records import Candidate
+
+    try:
+        text = file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CandidateError(f"cannot read candidate {file}: {exc}") from exc
+    return Candidate(workload, backend_for_file(file), {file.name: text}, file.name,
+                     flags=("-O3", "-march=native") if file.suffix == ".c" else ())
+
+
+def _parse_shape(text: str) -> Any:
+    from swarmfab.goal import ShapeSpec
+
+    try:
+        numbers = [int(part) for part in text.split(",")]
+        b, t, h, k, v, *rest = numbers
+        return ShapeSpec(B=b, T=t, H=h, K=k, V=v, HV=rest[0] if rest else None).to_shape()
+    except (ValueError, TypeError) as exc:
+        raise GoalError(f"--shape {text!r}: expected B,T,H,K,V[,HV] as positive integers") from exc
+
+
+@app.command()
+@_friendly
+def bench(
+    workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
+    candidate: Annotated[str | None, typer.Option(
+        help="A candidate file, or 'champion' for the champion of --run.")] = None,
+    run_id: Annotated[str | None, typer.Option("--run", help="Run whose champion to use.")] = None,
+    shape: Annotated[list[str] | None, typer.Option(help="B,T,H,K,V[,HV]; repeatable.")] = None,
+    db: DbOption = str(DEFAULT_DB),
+    as_json: JsonOption = False,
+    threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
+    workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
+) -> None:
+    """Time baselines (and a candidate) side by side: medians, CIs, speedups."""
+    from swarmfab.evaluation import Implementation
+    from swarmfab.goal import default_goal
+    from swarmfab.report import bench_table
+
+    goal = default_goal(workload).with_overrides(threads=threads)
+    shapes = [_parse_shape(s) for s in shape] if shape else None
+    evaluator = _evaluator(goal, workdir, shapes)
+    contenders = []
+    if candidate is not None:
+        chosen = (Store(db).candidate(Store(db).run(run_id).champion_id or "")
+                  if candidate == "champion" else _candidate_from_file(workload, Path(candidate)))
+        verdict = evaluator.verify(chosen)
+        if verdict.status.value != "accepted":
+            errors.print(f"[red]the candidate is not verified:[/] {verdict.reason}")
+            raise typer.Exit(1)
+        contenders.append(Implementation("candidate", artifact=evaluator.build(chosen)))
+    names = list(evaluator.workload.baselines())
+    contenders += [Implementation(n, baseline=n) for n in names]
+    tables = evaluator.side_by_side(contenders)
+    if as_json:
+        print(json.dumps([_side_json(t) for t in tables], indent=2))
+    else:
+        console.print(bench_table(tables, f"{workload}: side by side, {goal.threads} thread(s)"))
+
+
+def _side_json(table: Any) -> dict[str, Any]:
+    def est(e: Any) -> dict[str, float]:
+        return {"median": e.median, "low": e.low, "high": e.high}
+
+    return {"shape": table.shape, "reference": table.reference, "samples": table.samples,
+            "seconds": {n: est(e) for n, e in table.seconds.items()},
+            "ratio_to_reference": {n: est(e) for n, e in table.ratio_to_reference.items()}}
+
+
+@app.command()
+@_friendly
+def export(
+    run_id: Annotated[str | None, typer.Argument(help="Run id (default: latest).")] = None,
+    out: Annotated[Path, typer.Option(help="Directory to write.")] = Path("champion"),
+    db: DbOption = str(DEFAULT_DB),
+) -> None:
+    """Write a run's champion: sources, build command and provenance.json."""
+    from swarmfab.report.export import export_champion
+
+    where = export_champion(Store(db), run_id, out)
+    console.print(f"champion exported to {where} (sources, provenance.json)")
+
+
+@app.command()
+@_friendly
+def report(
+    run_id: Annotated[str | None, typer.Argument(help="Run id (default: latest).")] = None,
+    db: DbOption = str(DEFAULT_DB),
+    as_json: JsonOption = False,
+) -> None:
+    """Summarise a run from the store: verdicts by status, champion lineage, final figures."""
+    from swarmfab.report import run_table
+
+    store = Store(db)
+    record = store.run(run_id)
+    verdicts = store.verdicts(record.id)
+    data = {
+        "run": record.id, "workload": record.workload, "status": record.status,
+        "started_at": str(record.started_at), "finished_at": str(record.finished_at),
+        "counts": store.status_counts(record.id), "champion": record.champion_id,
+        "summary": record.summary,
+        "verdicts": [{"candidate": row.candidate_id, "agent": row.agent, "status": row.status,
+                      "reason": row.reason, "champion": row.became_champion}
+                     for row, _ in verdicts],
+    }
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+        return
+    console.print(f"run {record.id} ({record.workload}): {record.status}; verdicts {data['counts']}")
+    for entry in data["verdicts"]:
+        crown = " (champion)" if entry["champion"] else ""
+        console.print(f"  {entry['candidate'][:10]} {entry['agent']:<20} {entry['status']:<12} "
+                      f"{entry['reason'][:90]}{crown}", highlight=False)
+    if record.summary and record.summary.get("shapes"):
+        console.print(run_table(record.summary))
+
+
+@app.command()
+@_friendly
+def runs(db: DbOption = str(DEFAULT_DB)) -> None:
+    """List the runs in the store."""
+    for record in Store(db).runs():
+        console.print(f"{record.id}  {record.workload:<8} {record.status:<12} "
+                      f"champion={record.champion_id}", highlight=False)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    sys.exit(app())

@@ -1,0 +1,83 @@
+"""The one tree of errors swarmfab raises on purpose.
+
+```
+SwarmfabError                 anything swarmfab reports to the user as a clear message
+├── GoalError                 a goal file or option is invalid (exit code 2 at the CLI)
+├── WorkloadError             unknown workload, or a workload definition that is inconsistent
+├── CandidateError            a candidate file cannot be read or has the wrong form
+├── BuildError                a candidate failed to compile; carries structured diagnostics
+├── SandboxError              the sandbox itself could not run a job (not the candidate's fault)
+├── MeasurementError          a trusted implementation (baseline, champion) failed to be timed
+└── StoreError                the knowledge store cannot be opened, read or written
+```
+
+A candidate that misbehaves (crashes, hangs, gives wrong answers) is not an error: it is
+a recorded verdict. Errors are for things the user or the platform must fix. Third-party
+exceptions are translated at the boundary with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "BuildError",
+    "CandidateError",
+    "Diagnostic",
+    "GoalError",
+    "MeasurementError",
+    "SandboxError",
+    "StoreError",
+    "SwarmfabError",
+    "WorkloadError",
+]
+
+
+class SwarmfabError(Exception):
+    """Base of every error swarmfab raises deliberately."""
+
+
+class GoalError(SwarmfabError):
+    """A goal (file or command-line option) is invalid."""
+
+
+class WorkloadError(SwarmfabError):
+    """A workload is unknown or defined inconsistently."""
+
+
+class CandidateError(SwarmfabError):
+    """A candidate file cannot be loaded (missing entry point, unknown format...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One compiler message, structured so an agent can act on it."""
+
+    file: str
+    line: int
+    severity: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.severity}: {self.message}"
+
+
+class BuildError(SwarmfabError):
+    """Compilation failed. ``diagnostics`` holds the parsed errors, ``log`` the raw output."""
+
+    def __init__(self, message: str, diagnostics: tuple[Diagnostic, ...] = (), log: str = ""):
+        super().__init__(message)
+        self.diagnostics = diagnostics
+        self.log = log
+
+
+class SandboxError(SwarmfabError):
+    """The sandbox could not run a job for reasons outside the candidate."""
+
+
+class MeasurementError(SwarmfabError):
+    """A side-by-side measurement of trusted implementations could not be completed."""
+
+
+class StoreError(SwarmfabError):
+    """The knowledge store cannot be opened, read or written."""

@@ -1,0 +1,226 @@
+"""The Evaluator: build, verify and benchmark one candidate, ending in a Verdict.
+
+Runs in the trusted parent. Candidate code only ever executes inside sandboxed jobs
+(:mod:`swarmfab.evaluation._worker`); the float64 references are computed here, before
+any candidate runs, and the comparison happens here too.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from swarmfab.backends import Artifact, get_backend
+from swarmfab.errors import BuildError, MeasurementError
+from swarmfab.evaluation._worker import (
+    CaseRun,
+    Implementation,
+    ShapeRun,
+    benchmark_shapes,
+    run_cases,
+)
+from swarmfab.measure import CONFIRMATION, TimingPolicy, classify, median_ci, paired_ratio
+from swarmfab.records import Candidate, CheckResult, Estimate, ShapeTiming, Status, Verdict
+from swarmfab.sandbox import JobOutcome, JobStatus, Limits, run_job
+from swarmfab.verify import compare_outputs
+from swarmfab.workloads import Case, Outputs, Shape, Tolerances, Workload
+
+__all__ = ["Evaluator", "SideBySide"]
+
+REGRESSION_EPSILON = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class SideBySide:
+    """Every implementation timed on one shape in one run, ratios against ``reference``."""
+
+    shape: str
+    reference: str
+    seconds: dict[str, Estimate]
+    ratio_to_reference: dict[str, Estimate]
+    samples: int
+
+
+class Evaluator:
+    """Judges candidates of one workload against one set of target shapes."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        target_shapes: list[Shape],
+        cache_dir: Path,
+        *,
+        threads: int,
+        tolerances: Tolerances,
+        limits: Limits,
+        policy: TimingPolicy | None = None,
+        seed: int = 0,
+        cases: list[Case] | None = None,
+    ):
+        self.workload = workload
+        self.cache_dir = cache_dir
+        self.threads = threads
+        self.tolerances = tolerances
+        self.limits = limits
+        self.policy = policy or TimingPolicy()
+        self.cases = cases if cases is not None else workload.validation_cases()
+        self.targets = [
+            Case(f"target {shape.label}", shape, seed=seed + 1000 + i)
+            for i, shape in enumerate(target_shapes)
+        ]
+        self._references: dict[str, Outputs] = {}
+
+    # -- references ----------------------------------------------------------------
+    def reference(self, case: Case) -> Outputs:
+        """The float64 reference of ``case``, computed once, in this trusted process."""
+        if case.name not in self._references:
+            with torch.no_grad():
+                self._references[case.name] = self.workload.reference(
+                    self.workload.make_inputs(case)
+                )
+        return self._references[case.name]
+
+    def prepare(self) -> None:
+        """Compute every reference up front, before any candidate code has run."""
+        for case in [*self.cases, *self.targets]:
+            self.reference(case)
+
+    # -- one candidate -------------------------------------------------------------
+    def build(self, candidate: Candidate) -> Artifact:
+        return get_backend(candidate.backend).build(candidate, self.cache_dir)
+
+    def verify(self, candidate: Candidate) -> Verdict:
+        """Build and check on the validation cases only (no timing)."""
+        started = time.monotonic()
+        try:
+            artifact = self.build(candidate)
+        except BuildError as exc:
+            return _build_failed(candidate, exc, started)
+        return self._verify_cases(candidate, artifact, started)
+
+    def evaluate(self, candidate: Candidate, incumbents: dict[str, Implementation]) -> Verdict:
+        """Build, verify, then time against the incumbent of each target shape.
+
+        ``incumbents`` maps a target shape's label to what the candidate must beat there.
+        """
+        started = time.monotonic()
+        try:
+            artifact = self.build(candidate)
+        except BuildError as exc:
+            return _build_failed(candidate, exc, started)
+        verdict = self._verify_cases(candidate, artifact, started)
+        if verdict.status is not Status.ACCEPTED:
+            return verdict
+        mine = Implementation("candidate", artifact=artifact)
+        plan = [(case, [incumbents[case.shape.label], mine]) for case in self.targets]
+        outcome = run_job(benchmark_shapes, self.workload.name, plan, self.threads, self.policy,
+                          "candidate", limits=self.limits)
+        if outcome.status is not JobStatus.OK:
+            return _job_failed(candidate, outcome, "benchmark", started, verdict.checks)
+        checks = list(verdict.checks)
+        timings = []
+        for case, run in zip(self.targets, outcome.value, strict=True):
+            shape_checks = self._target_checks(case, run)
+            checks.extend(shape_checks)
+            failed = next((c for c in shape_checks if not c.passed), None)
+            if failed is not None:
+                return _rejected(candidate, failed, tuple(checks), started)
+            timings.append(self._timing(case.shape, run, incumbents[case.shape.label].name))
+        return Verdict(candidate.id, Status.ACCEPTED, _summary(timings), tuple(checks),
+                       tuple(timings), time.monotonic() - started)
+
+    def side_by_side(
+        self, implementations: list[Implementation], policy: TimingPolicy = CONFIRMATION
+    ) -> list[SideBySide]:
+        """Time several implementations together on every target shape (first = reference)."""
+        plan = [(case, implementations) for case in self.targets]
+        outcome = run_job(benchmark_shapes, self.workload.name, plan, self.threads, policy,
+                          None, limits=self.limits)
+        if outcome.status is not JobStatus.OK:
+            raise MeasurementError(f"side-by-side benchmark failed: {outcome.detail}")
+        reference = implementations[0].name
+        tables = []
+        for run in outcome.value:
+            if run.error:
+                raise MeasurementError(f"side-by-side benchmark failed on {run.shape}: {run.error}")
+            tables.append(SideBySide(
+                shape=run.shape, reference=reference,
+                seconds={name: median_ci(s) for name, s in run.seconds.items()},
+                ratio_to_reference={
+                    name: paired_ratio(s, run.seconds[reference]) for name, s in run.seconds.items()
+                },
+                samples=len(run.seconds[reference]),
+            ))
+        return tables
+
+    # -- helpers -------------------------------------------------------------------
+    def _verify_cases(self, candidate: Candidate, artifact: Artifact, started: float) -> Verdict:
+        outcome = run_job(run_cases, self.workload.name, artifact, self.cases, self.threads,
+                          limits=self.limits)
+        if outcome.status is not JobStatus.OK:
+            return _job_failed(candidate, outcome, "verification", started)
+        checks: list[CheckResult] = []
+        for case, run in zip(self.cases, outcome.value, strict=True):
+            checks.extend(self._case_checks(case, run))
+        failed = next((c for c in checks if not c.passed), None)
+        if failed is not None:
+            return _rejected(candidate, failed, tuple(checks), started)
+        return Verdict(candidate.id, Status.ACCEPTED, f"correct on {len(self.cases)} cases",
+                       tuple(checks), (), time.monotonic() - started)
+
+    def _case_checks(self, case: Case, run: CaseRun) -> list[CheckResult]:
+        if run.error is not None or run.outputs is None:
+            return [CheckResult(case.name, "runs without error", False, run.error or "no output")]
+        checks = compare_outputs(case.name, run.outputs, self.reference(case), self.tolerances)
+        intact = not run.inputs_modified
+        detail = "" if intact else f"modified input(s): {', '.join(run.inputs_modified)}"
+        checks.append(CheckResult(case.name, "inputs unchanged", intact, detail))
+        return checks
+
+    def _target_checks(self, case: Case, run: ShapeRun) -> list[CheckResult]:
+        if run.error is not None or run.outputs is None:
+            return [CheckResult(case.name, "runs without error", False, run.error or "no output")]
+        return compare_outputs(case.name, run.outputs, self.reference(case), self.tolerances)
+
+    def _timing(self, shape: Shape, run: ShapeRun, incumbent: str) -> ShapeTiming:
+        mine, theirs = run.seconds["candidate"], run.seconds[incumbent]
+        ratio = paired_ratio(mine, theirs)
+        return ShapeTiming(
+            shape=shape.label, incumbent=incumbent, candidate_s=median_ci(mine),
+            incumbent_s=median_ci(theirs), ratio=ratio,
+            comparison=classify(ratio, REGRESSION_EPSILON), samples=len(mine),
+        )
+
+
+def _summary(timings: list[ShapeTiming]) -> str:
+    speedups = [t.ratio.inverted().median for t in timings]
+    geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+    return f"verified; {geomean:.2f}x vs incumbent (geometric mean over {len(timings)} shapes)"
+
+
+def _build_failed(candidate: Candidate, exc: BuildError, started: float) -> Verdict:
+    diagnostics = tuple(str(d) for d in exc.diagnostics if d.severity != "warning")[:20]
+    return Verdict(candidate.id, Status.BUILD_FAILED, str(exc), (), (),
+                   time.monotonic() - started, diagnostics or (exc.log[-2000:],))
+
+
+def _rejected(
+    candidate: Candidate, failed: CheckResult, checks: tuple[CheckResult, ...], started: float
+) -> Verdict:
+    reason = f"case {failed.case!r}: {failed.check} failed: {failed.detail}"
+    return Verdict(candidate.id, Status.REJECTED, reason, checks, (), time.monotonic() - started)
+
+
+def _job_failed(
+    candidate: Candidate, outcome: JobOutcome, stage: str, started: float,
+    checks: tuple[CheckResult, ...] = (),
+) -> Verdict:
+    status = {JobStatus.TIMED_OUT: Status.TIMED_OUT, JobStatus.CRASHED: Status.CRASHED}.get(
+        outcome.status, Status.REJECTED
+    )
+    reason = f"{stage}: {outcome.detail}"
+    return Verdict(candidate.id, status, reason, checks, (), time.monotonic() - started)

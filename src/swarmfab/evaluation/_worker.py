@@ -1,0 +1,133 @@
+"""The jobs that run inside sandboxed workers, where candidate code executes.
+
+Workers compute no verdicts: they run candidates and return raw outputs and timings. The
+trusted parent compares the outputs with references it computed itself, so a candidate
+that tampers with its own process cannot change how it is judged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from swarmfab.backends import Artifact, get_backend
+from swarmfab.measure import TimingPolicy, time_interleaved
+from swarmfab.workloads import Case, Forward, Inputs, Outputs, Workload, get_workload
+
+__all__ = ["CaseRun", "Implementation", "ShapeRun", "benchmark_shapes", "run_cases"]
+
+
+@dataclass(frozen=True, slots=True)
+class Implementation:
+    """Something to time: a built candidate (``artifact``) or a named baseline."""
+
+    name: str
+    artifact: Artifact | None = None
+    baseline: str | None = None
+
+    def load(self, workload: Workload, *, fill_outputs: bool) -> Forward:
+        if self.artifact is not None:
+            backend = get_backend(self.artifact.backend)
+            return backend.load(self.artifact, workload, fill_outputs=fill_outputs)
+        assert self.baseline is not None, "an Implementation needs an artifact or a baseline"
+        return workload.baselines()[self.baseline]
+
+
+@dataclass(frozen=True, slots=True)
+class CaseRun:
+    """What a candidate returned on one case, or the error it raised."""
+
+    case: str
+    outputs: dict[str, torch.Tensor] | None = None
+    error: str | None = None
+    inputs_modified: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeRun:
+    """Timings of every implementation on one shape, plus the candidate's outputs."""
+
+    shape: str
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+    outputs: dict[str, torch.Tensor] | None = None
+    error: str | None = None
+
+
+def _call(workload: Workload, forward: Forward, inputs: Inputs) -> Outputs:
+    with torch.no_grad():
+        return workload.call(forward, inputs)
+
+
+def _modified_inputs(before: Inputs, after: Inputs) -> tuple[str, ...]:
+    return tuple(
+        name for name, value in before.items()
+        if isinstance(value, torch.Tensor) and not torch.equal(value, after[name])  # type: ignore[arg-type]
+    )
+
+
+def _snapshot(inputs: Inputs) -> Inputs:
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def run_cases(workload_name: str, artifact: Artifact, cases: list[Case], threads: int) -> list[CaseRun]:
+    """Run a candidate on every case; a case that raises is reported, the rest go on."""
+    torch.set_num_threads(threads)
+    workload = get_workload(workload_name)
+    forward = get_backend(artifact.backend).load(artifact, workload, fill_outputs=True)
+    runs = []
+    for case in cases:
+        inputs = workload.make_inputs(case)
+        pristine = _snapshot(inputs)
+        try:
+            outputs = _call(workload, forward, inputs)
+        except Exception as exc:  # the candidate's failure is data, not a worker failure
+            runs.append(CaseRun(case.name, error=f"raised {type(exc).__name__}: {exc}"))
+            continue
+        runs.append(CaseRun(
+            case.name,
+            outputs={name: value.detach().clone() for name, value in outputs.items()},
+            inputs_modified=_modified_inputs(pristine, inputs),
+        ))
+    return runs
+
+
+def benchmark_shapes(
+    workload_name: str,
+    plan: list[tuple[Case, list[Implementation]]],
+    threads: int,
+    policy: TimingPolicy,
+    checked: str | None,
+) -> list[ShapeRun]:
+    """Time implementations side by side on each case's shape.
+
+    The first implementation of each entry is the reference of the ratios. When
+    ``checked`` names one of them, its outputs (sentinel-filled) are returned too, so the
+    parent can verify it on the very shapes it is timed on.
+    """
+    torch.set_num_threads(threads)
+    workload = get_workload(workload_name)
+    results = []
+    for case, implementations in plan:
+        inputs = workload.make_inputs(case)
+        outputs = None
+        try:
+            if checked is not None:
+                chosen = next(i for i in implementations if i.name == checked)
+                forward = chosen.load(workload, fill_outputs=True)
+                outputs = {k: v.detach().clone() for k, v in _call(workload, forward, inputs).items()}
+            calls = {
+                impl.name: _bind(workload, impl.load(workload, fill_outputs=False), inputs)
+                for impl in implementations
+            }
+            with torch.no_grad():
+                seconds = time_interleaved(calls, policy, reference=implementations[0].name)
+        except Exception as exc:
+            results.append(ShapeRun(case.shape.label, error=f"raised {type(exc).__name__}: {exc}"))
+            continue
+        results.append(ShapeRun(case.shape.label, seconds=seconds, outputs=outputs))
+    return results
+
+
+def _bind(workload: Workload, forward: Forward, inputs: Inputs) -> object:
+    return lambda: workload.call(forward, inputs)

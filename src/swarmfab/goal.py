@@ -1,0 +1,155 @@
+"""The Goal: what the user wants optimised, validated before anything runs.
+
+A goal comes from a TOML file or from a workload's built-in default. Every field is
+checked by pydantic; any mistake becomes one :class:`GoalError` that names the field, what
+was given and what is allowed, so the CLI can print it without a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from swarmfab.errors import GoalError
+from swarmfab.workloads import Shape, get_workload
+
+__all__ = ["Goal", "ShapeSpec", "Tolerance", "default_goal", "load_goal", "parse_duration"]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
+_UNIT_SECONDS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Turn ``"60s"``, ``"10m"``, ``"1.5h"`` or a number of seconds into seconds."""
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        match = _DURATION.match(text)
+        if match is None:
+            raise ValueError(f"{text!r} is not a duration; write e.g. '90s', '10m' or '1h'")
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return seconds
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ShapeSpec(_Strict):
+    """One target shape. ``HV`` defaults to ``H`` (no grouped value heads)."""
+
+    B: Annotated[int, Field(ge=1, le=4096)]
+    T: Annotated[int, Field(ge=1, le=1_048_576)]
+    H: Annotated[int, Field(ge=1, le=1024)]
+    K: Annotated[int, Field(ge=1, le=1024)]
+    V: Annotated[int, Field(ge=1, le=1024)]
+    HV: Annotated[int | None, Field(ge=1, le=4096)] = None
+    initial_state: bool = False
+
+    @model_validator(mode="after")
+    def _grouped_heads_divide(self) -> ShapeSpec:
+        if self.HV is not None and self.HV % self.H:
+            raise ValueError(f"HV ({self.HV}) must be a multiple of H ({self.H})")
+        return self
+
+    def to_shape(self) -> Shape:
+        return Shape(
+            B=self.B, T=self.T, H=self.H, HV=self.HV or self.H, K=self.K, V=self.V,
+            initial_state=self.initial_state,
+        )
+
+
+class Tolerance(_Strict):
+    """Acceptance thresholds; ``None`` keeps the workload's default for the dtype."""
+
+    rms_ratio: Annotated[float | None, Field(gt=0, lt=1)] = None
+    max_abs: Annotated[float | None, Field(gt=0)] = None
+
+
+class Goal(_Strict):
+    """A validated optimisation goal."""
+
+    workload: str
+    shapes: Annotated[list[ShapeSpec], Field(min_length=1, max_length=32)]
+    device: Literal["cpu"] = "cpu"
+    dtype: Literal["float32"] = "float32"
+    metric: Literal["latency"] = "latency"
+    agents: Annotated[list[Literal["builtin"]], Field(min_length=1)] = ["builtin"]
+    budget_s: Annotated[float, Field(alias="budget")] = 60.0
+    max_evaluations: Annotated[int | None, Field(ge=1)] = None
+    threads: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default_factory=lambda: len(os.sched_getaffinity(0))
+    )
+    seed: Annotated[int, Field(ge=0)] = 0
+    eval_timeout_s: Annotated[float, Field(alias="eval_timeout", gt=0)] = 120.0
+    tolerance: Tolerance = Tolerance()
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("workload")
+    @classmethod
+    def _known_workload(cls, name: str) -> str:
+        get_workload(name)  # raises WorkloadError (a ValueError-free path) if unknown
+        return name
+
+    @field_validator("budget_s", "eval_timeout_s", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value)
+
+    def target_shapes(self) -> list[Shape]:
+        return [spec.to_shape() for spec in self.shapes]
+
+    def with_overrides(self, **changes: Any) -> Goal:
+        """A copy with some fields replaced, validated like a file would be."""
+        data = self.model_dump(by_alias=True)
+        data.update({key: value for key, value in changes.items() if value is not None})
+        return _validate(data, source="command line")
+
+
+def _validate(data: dict[str, Any], source: str) -> Goal:
+    try:
+        return Goal.model_validate(data)
+    except ValidationError as exc:
+        raise GoalError(_describe(exc, source)) from exc
+
+
+def _describe(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid goal ({source}):"]
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        given = error.get("input")
+        shown = "" if isinstance(given, dict) else f" (got {given!r})"
+        lines.append(f"  {where}: {error['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def load_goal(path: Path) -> Goal:
+    """Read and validate a TOML goal file."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise GoalError(f"goal file {path} does not exist") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise GoalError(f"goal file {path} is not valid TOML: {exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GoalError(f"goal file {path} cannot be read: {exc}") from exc
+    return _validate(data, source=str(path))
+
+
+def default_goal(workload: str) -> Goal:
+    """The built-in goal of a workload: its default target shapes on this CPU."""
+    spec = get_workload(workload)
+    shapes = [
+        {"B": s.B, "T": s.T, "H": s.H, "HV": s.HV, "K": s.K, "V": s.V,
+         "initial_state": s.initial_state}
+        for s in spec.default_shapes
+    ]
+    return _validate({"workload": workload, "shapes": shapes}, source=f"default goal of {workload}")

@@ -1,0 +1,84 @@
+"""Design spaces: the knobs a workload's templates expose, grouped by domain.
+
+A design space turns a knob setting into a concrete :class:`Candidate` (rendered sources
+plus compiler flags). Agents see only knobs, values and domains, never the template, so
+nothing in an agent is specific to one workload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from swarmfab.records import Candidate
+
+__all__ = ["DesignSpace", "Knob", "KnobValue", "Setting"]
+
+KnobValue = str | int
+Setting = Mapping[str, KnobValue]
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    """One decision. ``ordered`` knobs have neighbours (adjacent values); others do not."""
+
+    name: str
+    domain: str
+    values: tuple[KnobValue, ...]
+    default: KnobValue
+    ordered: bool = False
+    help: str = ""
+
+    def __post_init__(self) -> None:
+        if self.default not in self.values:
+            raise ValueError(f"knob {self.name}: default {self.default!r} not among its values")
+
+    def neighbours(self, value: KnobValue) -> list[KnobValue]:
+        """Values one step away: adjacent ones if ordered, every other value if not."""
+        if not self.ordered:
+            return [v for v in self.values if v != value]
+        index = self.values.index(value)
+        return [self.values[i] for i in (index - 1, index + 1) if 0 <= i < len(self.values)]
+
+
+@dataclass(frozen=True, slots=True)
+class DesignSpace:
+    """Knobs plus a renderer from a full setting to sources, entry file and flags."""
+
+    name: str
+    workload: str
+    backend: str
+    knobs: tuple[Knob, ...]
+    render: Callable[[Setting, int], tuple[dict[str, str], str, tuple[str, ...]]]
+
+    @property
+    def domains(self) -> list[str]:
+        return sorted({knob.domain for knob in self.knobs})
+
+    def knob(self, name: str) -> Knob:
+        return next(k for k in self.knobs if k.name == name)
+
+    def default(self) -> dict[str, KnobValue]:
+        return {knob.name: knob.default for knob in self.knobs}
+
+    def size(self) -> int:
+        total = 1
+        for knob in self.knobs:
+            total *= len(knob.values)
+        return total
+
+    def validate(self, setting: Setting) -> None:
+        for knob in self.knobs:
+            if setting.get(knob.name) not in knob.values:
+                raise ValueError(f"knob {knob.name}: {setting.get(knob.name)!r} not in {knob.values}")
+
+    def instantiate(
+        self, setting: Setting, *, threads: int, parents: tuple[str, ...] = (),
+        agent: str = "", rationale: str = "",
+    ) -> Candidate:
+        self.validate(setting)
+        sources, entry, flags = self.render(setting, threads)
+        return Candidate(
+            workload=self.workload, backend=self.backend, sources=sources, entry=entry,
+            flags=flags, knobs=dict(setting), parents=parents, agent=agent, rationale=rationale,
+        )

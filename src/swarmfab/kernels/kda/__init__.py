@@ -1,0 +1,51 @@
+"""The KDA design space on CPUs: the per-token recurrence template and its knobs."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from swarmfab.kernels._space import DesignSpace, Knob, Setting
+
+__all__ = ["recurrent_space"]
+
+_FLAGS = {
+    "O2": ("-O2",),
+    "O3-native": ("-O3", "-march=native"),
+    "O3-native-fastmath": ("-O3", "-march=native", "-ffast-math"),
+}
+_PARALLEL = {"serial": 0, "heads": 1, "tiles": 2}
+
+
+def _template() -> str:
+    return resources.files(__package__).joinpath("recurrent.c").read_text()
+
+
+def _render(setting: Setting, threads: int) -> tuple[dict[str, str], str, tuple[str, ...]]:
+    defines = [
+        f"#define KDA_BV {setting['tile_v']}",
+        f"#define KDA_FUSED {1 if setting['passes'] == 'fused' else 0}",
+        f"#define KDA_PARALLEL {_PARALLEL[str(setting['parallel'])]}",
+        f"#define KDA_THREADS {threads}",
+    ]
+    source = "/* knobs chosen by swarmfab */\n" + "\n".join(defines) + "\n\n" + _template()
+    return {"kda_recurrent.c": source}, "kda_recurrent.c", _FLAGS[str(setting["flags"])]
+
+
+def recurrent_space() -> DesignSpace:
+    """Per-token recurrence with the state tiled by value columns."""
+    return DesignSpace(
+        name="kda-cpu-recurrent",
+        workload="kda",
+        backend="c",
+        knobs=(
+            Knob("tile_v", "tiling", (8, 16, 32, 64, 128), 16, ordered=True,
+                 help="state columns per tile (a tile stays in cache for the whole sequence)"),
+            Knob("passes", "algorithm", ("fused", "separate"), "separate",
+                 help="two fused passes over the tile per token, or four separate ones"),
+            Knob("parallel", "parallelism", ("serial", "heads", "tiles"), "serial",
+                 help="OpenMP over nothing, (batch, head), or (batch, head, tile)"),
+            Knob("flags", "compiler", tuple(_FLAGS), "O2", ordered=True,
+                 help="optimisation level, host ISA, fast-math"),
+        ),
+        render=_render,
+    )

@@ -1,0 +1,137 @@
+/*
+ * KDA forward, per-token recurrence, for CPUs.
+ *
+ * Each value column of the K x V state evolves independently, so the state is tiled by
+ * value columns (KDA_BV wide): one tile stays in L1/L2 for the whole sequence and tiles
+ * never exchange data. Knobs (set as #defines by the design space):
+ *   KDA_BV        value-column tile width
+ *   KDA_FUSED     1: two passes over the tile per token (decay + S^T k; update + readout)
+ *                 0: four separate passes
+ *   KDA_PARALLEL  0: serial; 1: OpenMP over (batch, value head); 2: also over tiles
+ *   KDA_THREADS   OpenMP thread count
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef KDA_BV
+#define KDA_BV 32
+#endif
+#ifndef KDA_FUSED
+#define KDA_FUSED 1
+#endif
+#ifndef KDA_PARALLEL
+#define KDA_PARALLEL 2
+#endif
+#ifndef KDA_THREADS
+#define KDA_THREADS 1
+#endif
+
+typedef struct {
+    const float *q, *k, *v, *g, *beta, *h0;
+    float *o, *ht;
+    float scale;
+    int64_t B, T, H, HV, K, V;
+} kda_args;
+
+/* One token's update of one state tile S (K rows of `bv` columns, row stride KDA_BV). */
+static inline __attribute__((always_inline)) void
+token_step(float *restrict S, const float *restrict qt, const float *restrict kt,
+           const float *restrict gt, const float *restrict vt, float bt, float scale,
+           float *restrict ot, int64_t K, int bv)
+{
+    float acc[KDA_BV], upd[KDA_BV], out[KDA_BV];
+    for (int j = 0; j < bv; j++) { acc[j] = 0.0f; out[j] = 0.0f; }
+#if KDA_FUSED
+    for (int64_t i = 0; i < K; i++) {
+        const float d = expf(gt[i]), ki = kt[i];
+        float *restrict row = S + i * KDA_BV;
+#pragma omp simd
+        for (int j = 0; j < bv; j++) { row[j] *= d; acc[j] += row[j] * ki; }
+    }
+    for (int j = 0; j < bv; j++) upd[j] = bt * (vt[j] - acc[j]);
+    for (int64_t i = 0; i < K; i++) {
+        const float ki = kt[i], qi = qt[i] * scale;
+        float *restrict row = S + i * KDA_BV;
+#pragma omp simd
+        for (int j = 0; j < bv; j++) { row[j] += ki * upd[j]; out[j] += row[j] * qi; }
+    }
+#else
+    for (int64_t i = 0; i < K; i++) {
+        const float d = expf(gt[i]);
+        for (int j = 0; j < bv; j++) S[i * KDA_BV + j] *= d;
+    }
+    for (int64_t i = 0; i < K; i++)
+        for (int j = 0; j < bv; j++) acc[j] += S[i * KDA_BV + j] * kt[i];
+    for (int j = 0; j < bv; j++) upd[j] = bt * (vt[j] - acc[j]);
+    for (int64_t i = 0; i < K; i++)
+        for (int j = 0; j < bv; j++) S[i * KDA_BV + j] += kt[i] * upd[j];
+    for (int64_t i = 0; i < K; i++)
+        for (int j = 0; j < bv; j++) out[j] += S[i * KDA_BV + j] * qt[i] * scale;
+#endif
+    for (int j = 0; j < bv; j++) ot[j] = out[j];
+}
+
+/* Run the whole sequence for one (batch, value head, value tile). */
+static void run_tile(const kda_args *a, float *restrict S, int64_t b, int64_t hv, int64_t v0)
+{
+    const int bv = (int)(a->V - v0 < KDA_BV ? a->V - v0 : KDA_BV);
+    const int64_t h = hv / (a->HV / a->H), K = a->K, V = a->V;
+    const float *h0 = a->h0 ? a->h0 + ((b * a->HV + hv) * K) * V + v0 : NULL;
+    for (int64_t i = 0; i < K; i++)
+        for (int j = 0; j < bv; j++) S[i * KDA_BV + j] = h0 ? h0[i * V + j] : 0.0f;
+    for (int64_t t = 0; t < a->T; t++) {
+        const int64_t qk_off = ((b * a->T + t) * a->H + h) * K;
+        const int64_t tok = (b * a->T + t) * a->HV + hv;
+        const float *vt = a->v + tok * V + v0;
+        float *ot = a->o + tok * V + v0;
+        if (bv == KDA_BV)  /* full tile: constant trip count, fully vectorised */
+            token_step(S, a->q + qk_off, a->k + qk_off, a->g + tok * K, vt, a->beta[tok],
+                       a->scale, ot, K, KDA_BV);
+        else
+            token_step(S, a->q + qk_off, a->k + qk_off, a->g + tok * K, vt, a->beta[tok],
+                       a->scale, ot, K, bv);
+    }
+    if (a->ht) {
+        float *ht = a->ht + ((b * a->HV + hv) * K) * V + v0;
+        for (int64_t i = 0; i < K; i++)
+            for (int j = 0; j < bv; j++) ht[i * V + j] = S[i * KDA_BV + j];
+    }
+}
+
+int kda_forward(const float *q, const float *k, const float *v, const float *g,
+                const float *beta, const float *h0, float *o, float *ht, float scale,
+                int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V)
+{
+    if (B < 1 || T < 1 || H < 1 || HV < 1 || K < 1 || V < 1 || HV % H != 0) return 1;
+    const kda_args a = {q, k, v, g, beta, h0, o, ht, scale, B, T, H, HV, K, V};
+    const int64_t tiles = (V + KDA_BV - 1) / KDA_BV, jobs = B * HV * tiles;
+    const size_t tile_bytes = (size_t)K * KDA_BV * sizeof(float);
+    int failed = 0;
+#if KDA_PARALLEL == 0
+    float *S = aligned_alloc(64, (tile_bytes + 63) / 64 * 64);
+    if (!S) return 2;
+    for (int64_t job = 0; job < jobs; job++)
+        run_tile(&a, S, job / (HV * tiles), job / tiles % HV, job % tiles * KDA_BV);
+    free(S);
+#else
+#pragma omp parallel num_threads(KDA_THREADS) reduction(| : failed)
+    {
+        float *S = aligned_alloc(64, (tile_bytes + 63) / 64 * 64);
+        if (!S) failed = 1;
+#if KDA_PARALLEL == 1
+#pragma omp for schedule(static)
+        for (int64_t head = 0; head < B * HV; head++)
+            for (int64_t tile = 0; tile < tiles && S; tile++)
+                run_tile(&a, S, head / HV, head % HV, tile * KDA_BV);
+#else
+#pragma omp for schedule(static)
+        for (int64_t job = 0; job < jobs; job++)
+            if (S) run_tile(&a, S, job / (HV * tiles), job / tiles % HV, job % tiles * KDA_BV);
+#endif
+        free(S);
+    }
+#endif
+    return failed ? 2 : 0;
+}

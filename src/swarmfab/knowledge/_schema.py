@@ -1,0 +1,64 @@
+"""SQLAlchemy tables of the knowledge store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["Base", "CandidateRow", "MetaRow", "RunRow", "VerdictRow"]
+
+SCHEMA_VERSION = 1
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict: JSON, list: JSON}
+
+
+class MetaRow(Base):
+    __tablename__ = "swarmfab_meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class RunRow(Base):
+    __tablename__ = "runs"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    workload: Mapped[str] = mapped_column(String(128))
+    goal: Mapped[dict] = mapped_column(JSON)
+    host: Mapped[dict] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime] = mapped_column(default=_now)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    champion_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    summary: Mapped[dict | None] = mapped_column(JSON, default=None)
+
+
+class CandidateRow(Base):
+    __tablename__ = "candidates"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    workload: Mapped[str] = mapped_column(String(128))
+    backend: Mapped[str] = mapped_column(String(32))
+    body: Mapped[dict] = mapped_column(JSON)  # sources, entry, flags, knobs, parents, ...
+    agent: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(default=_now)
+
+
+class VerdictRow(Base):
+    __tablename__ = "verdicts"
+    __table_args__ = (Index("ix_verdicts_run_candidate", "run_id", "candidate_id", unique=True),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    candidate_id: Mapped[str] = mapped_column(ForeignKey("candidates.id"))
+    agent: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    speedup: Mapped[float | None] = mapped_column(Float, default=None)
+    became_champion: Mapped[bool] = mapped_column(default=False)
+    body: Mapped[dict] = mapped_column(JSON)  # the full Verdict
+    created_at: Mapped[datetime] = mapped_column(default=_now)

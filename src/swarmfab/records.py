@@ -1,0 +1,155 @@
+"""Plain, frozen records that cross package boundaries: candidates and verdicts.
+
+They import nothing from the rest of swarmfab, so every layer can use them, and they
+serialise to JSON-friendly dicts for the store and for ``--json`` output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "Candidate",
+    "CheckResult",
+    "Estimate",
+    "ShapeTiming",
+    "Status",
+    "Verdict",
+    "candidate_id",
+]
+
+
+class Status(StrEnum):
+    """How an evaluation ended. Only ``accepted`` candidates can become champion."""
+
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    CRASHED = "crashed"
+    TIMED_OUT = "timed_out"
+    BUILD_FAILED = "build_failed"
+
+
+def candidate_id(backend: str, sources: dict[str, str], flags: tuple[str, ...]) -> str:
+    """Content hash of what gets built: backend, normalised sources and compiler flags.
+
+    Knobs are not hashed separately: they are rendered into the sources and flags, so two
+    knob settings that produce the same code are the same candidate.
+    """
+    normalised = {path: "\n".join(line.rstrip() for line in text.strip().splitlines())
+                  for path, text in sorted(sources.items())}
+    blob = json.dumps([backend, normalised, list(flags)], sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """An implementation to evaluate. ``entry`` names the source file to build or import."""
+
+    workload: str
+    backend: str
+    sources: dict[str, str]
+    entry: str
+    flags: tuple[str, ...] = ()
+    knobs: dict[str, str | int] = field(default_factory=dict)
+    parents: tuple[str, ...] = ()
+    agent: str = "user"
+    rationale: str = ""
+
+    @property
+    def id(self) -> str:
+        return candidate_id(self.backend, self.sources, self.flags)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["id"] = self.id
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A median with its 95% confidence interval."""
+
+    median: float
+    low: float
+    high: float
+
+    def scaled(self, factor: float) -> Estimate:
+        return Estimate(self.median * factor, self.low * factor, self.high * factor)
+
+    def inverted(self) -> Estimate:
+        """1/x, e.g. a time ratio turned into a speedup (bounds swap)."""
+        return Estimate(1 / self.median, 1 / self.high, 1 / self.low)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One verification check on one case: passed or not, with the figures behind it."""
+
+    case: str
+    check: str
+    passed: bool
+    detail: str = ""
+    rms_ratio: float | None = None
+    max_abs_ratio: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeTiming:
+    """Side-by-side timing of a candidate and the incumbent on one target shape.
+
+    ``ratio`` is candidate time / incumbent time (below 1 is faster); ``comparison`` is
+    "faster", "slower" or "indistinguishable" as the confidence interval supports.
+    """
+
+    shape: str
+    incumbent: str
+    candidate_s: Estimate
+    incumbent_s: Estimate
+    ratio: Estimate
+    comparison: str
+    samples: int
+    roofline_fraction: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of evaluating one candidate."""
+
+    candidate_id: str
+    status: Status
+    reason: str
+    checks: tuple[CheckResult, ...] = ()
+    timings: tuple[ShapeTiming, ...] = ()
+    elapsed_s: float = 0.0
+    diagnostics: tuple[str, ...] = ()
+
+    @property
+    def failed_check(self) -> CheckResult | None:
+        return next((check for check in self.checks if not check.passed), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Verdict:
+        def estimate(raw: dict[str, float]) -> Estimate:
+            return Estimate(**raw)
+
+        timings = tuple(
+            ShapeTiming(**{**t, "candidate_s": estimate(t["candidate_s"]),
+                           "incumbent_s": estimate(t["incumbent_s"]),
+                           "ratio": estimate(t["ratio"])})
+            for t in data.get("timings", ())
+        )
+        return Verdict(
+            candidate_id=data["candidate_id"], status=Status(data["status"]),
+            reason=data["reason"], checks=tuple(CheckResult(**c) for c in data.get("checks", ())),
+            timings=timings, elapsed_s=data.get("elapsed_s", 0.0),
+            diagnostics=tuple(data.get("diagnostics", ())),
+        )

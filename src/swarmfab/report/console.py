@@ -1,0 +1,69 @@
+"""Terminal tables for verdicts, side-by-side benchmarks and run summaries (rich)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from swarmfab.evaluation import SideBySide
+from swarmfab.records import Estimate, Verdict
+
+__all__ = ["bench_table", "run_table", "verdict_table"]
+
+
+def _ms(estimate: Estimate) -> str:
+    return f"{estimate.median * 1e3:.2f} ms [{estimate.low * 1e3:.2f}, {estimate.high * 1e3:.2f}]"
+
+
+def _x(estimate: Estimate) -> str:
+    return f"{estimate.median:.2f}x [{estimate.low:.2f}, {estimate.high:.2f}]"
+
+
+def verdict_table(verdict: Verdict) -> Table:
+    """Every check of a verdict, failures first."""
+    table = Table(title=f"verdict: {verdict.status.value} — {verdict.reason}", title_justify="left")
+    table.add_column("case")
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("detail", overflow="fold")
+    for check in sorted(verdict.checks, key=lambda c: c.passed):
+        mark = "[green]pass[/]" if check.passed else "[red]FAIL[/]"
+        table.add_row(check.case, check.check, mark, check.detail)
+    return table
+
+
+def bench_table(tables: list[SideBySide], title: str) -> Table:
+    """Median time with 95% CI per implementation, and each one's speed relative to the first."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("shape")
+    table.add_column("implementation")
+    table.add_column("median time [95% CI]", justify="right")
+    table.add_column("speed vs first [95% CI]", justify="right")
+    for side in tables:
+        for index, (name, seconds) in enumerate(side.seconds.items()):
+            relative = side.ratio_to_reference[name]  # name's time / first's time
+            shown = "reference" if index == 0 else _x(relative.inverted())
+            table.add_row(side.shape if index == 0 else "", name, _ms(seconds), shown)
+    return table
+
+
+def run_table(summary: dict[str, Any]) -> Table:
+    """The closing table of a run: baselines vs champion with the speedup's CI."""
+    table = Table(title="champion vs PyTorch baselines (measured side by side)",
+                  title_justify="left")
+    table.add_column("shape")
+    table.add_column("fastest baseline")
+    table.add_column("baseline time", justify="right")
+    table.add_column("champion time", justify="right")
+    table.add_column("speedup [95% CI]", justify="right")
+    for shape in summary["shapes"]:
+        fastest = shape["fastest_baseline"]
+        base, champ = Estimate(*shape["seconds"][fastest]), Estimate(*shape["seconds"]["champion"])
+        table.add_row(shape["shape"], fastest, _ms(base), _ms(champ), _x(Estimate(*shape["speedup"])))
+    return table
+
+
+def print_table(console: Console, table: Table) -> None:
+    console.print(table)

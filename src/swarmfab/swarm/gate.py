@@ -1,0 +1,36 @@
+"""The gate: the conjunctive rule a verdict must pass to become champion.
+
+Correct on every validation case and every target shape (the verdict is ``accepted``),
+faster than the incumbent with statistical support on at least one target shape, and
+slower beyond the regression epsilon on none. Comparisons come from confidence
+intervals of paired ratios, never from single means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from swarmfab.records import Status, Verdict
+
+__all__ = ["GateDecision", "judge"]
+
+
+@dataclass(frozen=True, slots=True)
+class GateDecision:
+    promote: bool
+    reason: str
+
+
+def judge(verdict: Verdict) -> GateDecision:
+    if verdict.status is not Status.ACCEPTED:
+        return GateDecision(False, f"not verified ({verdict.status.value})")
+    if not verdict.timings:
+        return GateDecision(False, "no timings on the target shapes")
+    slower = [t.shape for t in verdict.timings if t.comparison == "slower"]
+    if slower:
+        return GateDecision(False, f"regresses on {', '.join(slower)}")
+    faster = [t for t in verdict.timings if t.comparison == "faster"]
+    if not faster:
+        return GateDecision(False, "not faster than the incumbent with statistical support")
+    gains = ", ".join(f"{t.shape}: {t.ratio.inverted().median:.2f}x" for t in faster)
+    return GateDecision(True, f"faster on {len(faster)}/{len(verdict.timings)} shapes ({gains})")

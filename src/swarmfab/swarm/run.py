@@ -1,0 +1,189 @@
+"""The run loop: propose, claim, evaluate, gate, record; until the budget is spent.
+
+One direction of calls: the loop asks agents for proposals, the evaluator for verdicts,
+the gate for decisions and the store to remember. Agents, evaluator and store never call
+back into the loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swarmfab.agents import Agent, Context
+from swarmfab.backends import get_backend
+from swarmfab.evaluation import Evaluator, Implementation, SideBySide
+from swarmfab.goal import Goal
+from swarmfab.kernels import DesignSpace
+from swarmfab.knowledge import Store
+from swarmfab.records import Candidate, Status, Verdict
+from swarmfab.swarm.gate import judge
+
+__all__ = ["Run", "RunResult"]
+
+FINAL_SHARE = 0.2  # of the budget kept for the closing side-by-side measurement
+
+
+@dataclass(slots=True)
+class RunResult:
+    run_id: str
+    champion: Candidate | None
+    champion_dir: Path | None
+    evaluations: int
+    counts: dict[str, int]
+    final: list[SideBySide] = field(default_factory=list)
+    baselines: list[str] = field(default_factory=list)
+    status: str = "finished"
+
+
+class Run:
+    """One optimisation run of one goal."""
+
+    def __init__(
+        self, goal: Goal, store: Store, evaluator: Evaluator, space: DesignSpace,
+        agents: list[Agent], workdir: Path, log: Callable[[str], None] = print,
+        fallback: Agent | None = None,
+    ):
+        self.goal, self.store, self.evaluator, self.space = goal, store, evaluator, space
+        self.agents, self.workdir, self.log = agents, workdir, log
+        self.fallback = fallback  # asked only when every agent is out of proposals
+        self.rng = random.Random(goal.seed)
+        self.champion: Candidate | None = None
+        self.incumbents: dict[str, Implementation] = {}
+        self.recent: list[Verdict] = []
+
+    def execute(self) -> RunResult:
+        started = time.monotonic()
+        search_deadline = started + self.goal.budget_s * (1 - FINAL_SHARE)
+        run_id = self.store.start_run(self.goal.workload, self.goal.model_dump(mode="json"),
+                                      self._host())
+        self.log(f"run {run_id}: {self.goal.workload}, {len(self.goal.shapes)} target shape(s), "
+                 f"budget {self.goal.budget_s:.0f} s, {len(self.agents)} agent(s)")
+        self.evaluator.prepare()
+        baselines = self._calibrate()
+        status, evaluations = "finished", 0
+        try:
+            evaluations = self._search(run_id, search_deadline)
+        except KeyboardInterrupt:
+            status = "interrupted"
+            self.log("interrupted: stopping the search, everything so far is recorded")
+        final: list[SideBySide] = []
+        champion_dir = None
+        if self.champion is not None and status == "finished":
+            champion_dir = self._write_champion(run_id)
+            final = self.evaluator.side_by_side(
+                [Implementation("champion", artifact=self.evaluator.build(self.champion)),
+                 *[Implementation(name, baseline=name) for name in baselines]]
+            )
+        self.store.finish_run(run_id, status, _summary(self.champion, final, champion_dir))
+        return RunResult(run_id, self.champion, champion_dir, evaluations,
+                         self.store.status_counts(run_id), final, baselines, status)
+
+    # -- phases --------------------------------------------------------------------
+    def _calibrate(self) -> list[str]:
+        """Time the baselines once; the fastest on each shape is the first incumbent."""
+        names = list(self.evaluator.workload.baselines())
+        tables = self.evaluator.side_by_side(
+            [Implementation(n, baseline=n) for n in names], self.evaluator.policy
+        )
+        for table in tables:
+            fastest = min(names, key=lambda n: table.seconds[n].median)
+            self.incumbents[table.shape] = Implementation(fastest, baseline=fastest)
+            times = ", ".join(f"{n} {table.seconds[n].median * 1e3:.1f} ms" for n in names)
+            self.log(f"baselines on {table.shape}: {times}")
+        return names
+
+    def _search(self, run_id: str, deadline: float) -> int:
+        evaluations, idle_agents = 0, 0
+        for agent in itertools.cycle(self.agents):
+            if time.monotonic() >= deadline or self._out_of_evaluations(evaluations):
+                break
+            context = self._context(run_id)
+            proposals = agent.propose(context, limit=1)
+            if not proposals:
+                idle_agents += 1
+                if idle_agents < len(self.agents):
+                    continue
+                proposals = self.fallback.propose(context, limit=1) if self.fallback else []
+                if not proposals:
+                    self.log("every agent is out of proposals: the space is exhausted")
+                    break
+            idle_agents = 0
+            for candidate in proposals:
+                self._evaluate(run_id, candidate, evaluations + 1)
+                evaluations += 1
+        return evaluations
+
+    def _context(self, run_id: str) -> Context:
+        evaluated = frozenset(self.store.evaluated_ids(run_id))
+        return Context(self.goal, self.space, self.champion, evaluated,
+                       tuple(self.recent[-20:]), (), self.rng)
+
+    def _evaluate(self, run_id: str, candidate: Candidate, number: int) -> None:
+        verdict = self.evaluator.evaluate(candidate, self.incumbents)
+        self.store.record(run_id, candidate, verdict)
+        self.recent.append(verdict)
+        decision = judge(verdict)
+        line = f"[{number:3d}] {candidate.agent:<20} {candidate.id[:10]} {verdict.status.value:<12}"
+        if verdict.status is Status.ACCEPTED:
+            speedups = " ".join(f"{t.ratio.inverted().median:.2f}x" for t in verdict.timings)
+            line += f" {speedups} vs incumbent"
+        else:
+            line += f" {verdict.reason[:100]}"
+        if decision.promote:
+            self._crown(run_id, candidate)
+            line += "  -> new champion"
+        self.log(line + f"  ({candidate.rationale})")
+
+    def _crown(self, run_id: str, candidate: Candidate) -> None:
+        self.champion = candidate
+        self.store.set_champion(run_id, candidate.id)
+        artifact = self.evaluator.build(candidate)  # cached: no recompilation
+        for shape in self.incumbents:
+            self.incumbents[shape] = Implementation("champion", artifact=artifact)
+
+    def _out_of_evaluations(self, evaluations: int) -> bool:
+        limit = self.goal.max_evaluations
+        return limit is not None and evaluations >= limit
+
+    def _write_champion(self, run_id: str) -> Path:
+        assert self.champion is not None
+        directory = self.workdir / "runs" / run_id / "champion"
+        directory.mkdir(parents=True, exist_ok=True)
+        for rel, text in self.champion.sources.items():
+            (directory / rel).write_text(text)
+        return directory
+
+    def _host(self) -> dict[str, Any]:
+        import platform
+
+        return {"machine": platform.machine(), "node": platform.node(),
+                "threads": self.goal.threads, **get_backend(self.space.backend).describe()}
+
+
+def _summary(champion: Candidate | None, final: list[SideBySide], where: Path | None
+             ) -> dict[str, Any]:
+    shapes = []
+    for table in final:
+        baselines = {n: e for n, e in table.seconds.items() if n != "champion"}
+        fastest = min(baselines, key=lambda n: baselines[n].median)
+        shapes.append({
+            "shape": table.shape,
+            "seconds": {n: [e.median, e.low, e.high] for n, e in table.seconds.items()},
+            "fastest_baseline": fastest,
+            "speedup": list(_as_tuple(table.ratio_to_reference[fastest])),
+            "samples": table.samples,
+        })
+    return {"champion": champion.id if champion else None,
+            "champion_dir": str(where) if where else None, "shapes": shapes}
+
+
+def _as_tuple(estimate: Any) -> tuple[float, float, float]:
+    values = (estimate.median, estimate.low, estimate.high)
+    return tuple(v if math.isfinite(v) else float("nan") for v in values)  # type: ignore[return-value]

@@ -1,0 +1,153 @@
+"""The Workload contract: what an operator must declare so swarmfab can optimise it.
+
+A workload owns the mathematics of one operator: how to make inputs, the float64
+reference, the validation cases, the PyTorch baselines a user would otherwise run, the C
+ABI of compiled candidates and a cost model for the roofline. Everything above it
+(verifier, measurement, agents, swarm) is written against this class alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from swarmfab.errors import CandidateError
+
+__all__ = [
+    "Case",
+    "Distribution",
+    "Forward",
+    "Inputs",
+    "KernelRefusedError",
+    "Outputs",
+    "Shape",
+    "Workload",
+]
+
+Inputs = Mapping[str, torch.Tensor | float | None]
+"""Named input tensors (and scalars) of one call, as the workload's forward expects them."""
+
+Outputs = Mapping[str, torch.Tensor]
+"""Named outputs of one call, compared one by one against the reference."""
+
+Forward = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+"""A candidate or baseline entry point with the workload's Python signature."""
+
+
+class KernelRefusedError(CandidateError):
+    """A compiled kernel returned a non-zero status: it does not support these arguments."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """Sizes of one linear-attention call: q, k ``[B,T,H,K]``, v ``[B,T,HV,V]``."""
+
+    B: int
+    T: int
+    H: int
+    HV: int
+    K: int
+    V: int
+    initial_state: bool = False
+
+    @property
+    def label(self) -> str:
+        heads = f"H{self.H}" if self.HV == self.H else f"H{self.H}/HV{self.HV}"
+        state = " +h0" if self.initial_state else ""
+        return f"B{self.B} T{self.T} {heads} K{self.K} V{self.V}{state}"
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """How input values are drawn (the families real models and fla's tests use).
+
+    ``gate_divisor`` n gives g = logsigmoid(randn) / n: n = 0.1 is strong decay (about -7
+    per token), n = 10 is weak. ``gate_zero_prob`` masks gates to exactly zero.
+    ``beta`` picks sigmoid(randn) or values pinned near 0 or 1; ``magnitude`` scales v and
+    the initial state.
+    """
+
+    gate_divisor: float = 1.0
+    gate_zero_prob: float = 0.0
+    beta: Literal["sigmoid", "near0", "near1"] = "sigmoid"
+    magnitude: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """A reproducible validation input: shape, distribution and seed."""
+
+    name: str
+    shape: Shape
+    distribution: Distribution = field(default_factory=Distribution)
+    seed: int = 0
+    origin: str = "builtin"
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerances:
+    """Acceptance thresholds for one output: RMS error ratio and max-abs error.
+
+    ``max_abs_ratio`` bounds max |out - ref| relative to max |ref| (a localised error that
+    the RMS would dilute still fails).
+    """
+
+    rms_ratio: float
+    max_abs_ratio: float
+
+
+class Workload(ABC):
+    """An operator swarmfab can optimise. Subclasses are stateless and cheap to create."""
+
+    name: str
+    description: str
+    c_symbol: str
+    default_shapes: tuple[Shape, ...]
+    output_names: tuple[str, ...]
+
+    @abstractmethod
+    def make_inputs(self, case: Case, dtype: torch.dtype = torch.float32) -> Inputs:
+        """Draw the inputs of ``case`` deterministically from its seed."""
+
+    @abstractmethod
+    def reference(self, inputs: Inputs) -> Outputs:
+        """The float64 reference outputs. Slow and obviously correct."""
+
+    @abstractmethod
+    def call(self, forward: Forward, inputs: Inputs) -> Outputs:
+        """Call a candidate or baseline with the workload's signature; name its outputs."""
+
+    @abstractmethod
+    def wrap_c(self, function: ctypes._CFuncPtr, *, fill_outputs: bool = True) -> Forward:
+        """Adapt a compiled ``c_symbol`` to the Python signature (sets argtypes).
+
+        With ``fill_outputs`` the output buffers start as NaN, so an element the kernel
+        never writes fails verification instead of passing by luck.
+        """
+
+    @abstractmethod
+    def baselines(self) -> dict[str, Forward]:
+        """PyTorch implementations a user could pick today, by name."""
+
+    @abstractmethod
+    def validation_cases(self) -> list[Case]:
+        """The built-in validation corpus: small cases that cover the edge conditions."""
+
+    @abstractmethod
+    def flops(self, shape: Shape) -> float:
+        """Floating-point operations of one call (documented formula)."""
+
+    @abstractmethod
+    def min_bytes(self, shape: Shape) -> float:
+        """Bytes an ideal fused kernel must move: every input read and output written once."""
+
+    def tolerances(self, dtype: torch.dtype) -> Tolerances:
+        """Default thresholds per input dtype (see docs/verification.md for the measurements)."""
+        if dtype == torch.float32:
+            return Tolerances(rms_ratio=1e-4, max_abs_ratio=1e-3)
+        return Tolerances(rms_ratio=5e-3, max_abs_ratio=5e-2)

@@ -1,0 +1,122 @@
+"""Gated delta rule mathematics in PyTorch, in two independent formulations.
+
+Both take fla's layout (q, k ``[B,T,H,K]``; v ``[B,T,HV,V]``; g ``[B,T,HV,K]`` log decay per
+key channel; beta ``[B,T,HV]``; state ``[B,HV,K,V]``) and compute in the dtype of their
+arguments. The recurrent form, run in float64, is the reference; the chunked (WY/UT) form
+shares no code with it and cross-checks it. In float32 they are the PyTorch baselines.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["chunked", "expand_heads", "recurrent"]
+
+
+def expand_heads(x: torch.Tensor, value_heads: int) -> torch.Tensor:
+    """Repeat q/k heads so value head ``hv`` reads head ``hv // (HV // H)`` (GVA)."""
+    heads = x.shape[2]
+    return x if heads == value_heads else x.repeat_interleave(value_heads // heads, dim=2)
+
+
+def recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float,
+    initial_state: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token by token: S = diag(exp g) S; S += k (beta (v - S^T k))^T; o = S^T (scale q)."""
+    batch, steps, value_heads, key_dim = g.shape
+    q, k = expand_heads(q, value_heads), expand_heads(k, value_heads)
+    value_dim = v.shape[-1]
+    state = (
+        initial_state.to(v.dtype).clone()
+        if initial_state is not None
+        else v.new_zeros(batch, value_heads, key_dim, value_dim)
+    )
+    out = torch.empty_like(v)
+    for t in range(steps):
+        state = state * g[:, t].exp().unsqueeze(-1)
+        predicted = torch.einsum("bhk,bhkv->bhv", k[:, t], state)
+        update = beta[:, t].unsqueeze(-1) * (v[:, t] - predicted)
+        state = state + k[:, t].unsqueeze(-1) * update.unsqueeze(-2)
+        out[:, t] = torch.einsum("bhk,bhkv->bhv", q[:, t] * scale, state)
+    return out, state
+
+
+def chunked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float,
+    initial_state: torch.Tensor | None,
+    chunk: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunked WY/UT form, with every intra-chunk decay taken pairwise.
+
+    Decays enter as exp(G_i - G_j) with j <= i (never as exp(G_i) * exp(-G_j)), so every
+    exponent is <= 0 and strong decay cannot overflow.
+    """
+    batch, steps, value_heads, key_dim = g.shape
+    value_dim = v.shape[-1]
+    q, k = expand_heads(q, value_heads), expand_heads(k, value_heads)
+    pad = (-steps) % chunk
+    if pad:  # zero-padded tokens: g = 0, beta = 0, k = q = 0 leave the state unchanged
+        q, k, v, g = (torch.nn.functional.pad(x, (0, 0, 0, 0, 0, pad)) for x in (q, k, v, g))
+        beta = torch.nn.functional.pad(beta, (0, 0, 0, pad))
+    chunks = (steps + pad) // chunk
+
+    def split(x: torch.Tensor) -> torch.Tensor:  # [B,T,HV,*] -> [B,HV,N,C,*]
+        x = x.reshape(batch, chunks, chunk, value_heads, *x.shape[3:])
+        return x.transpose(1, 3).transpose(2, 3)
+
+    q, k, v, g = split(q), split(k), split(v), split(g)
+    beta = split(beta.unsqueeze(-1)).squeeze(-1)
+    cum = g.cumsum(dim=-2)  # G, inclusive, restarting every chunk
+    kk, qk = _intra_chunk_scores(q, k, cum)
+    qk = qk * scale
+    strictly_lower = kk.tril(-1) * beta.unsqueeze(-1)
+    eye = torch.eye(chunk, dtype=v.dtype, device=v.device)
+    solve_rhs = torch.diag_embed(beta)
+    m = torch.linalg.solve_triangular(eye + strictly_lower, solve_rhs, upper=False)
+    w = m @ (k * cum.exp())
+    u = m @ v
+    decay_to_end = (cum[..., -1:, :] - cum).exp()  # exp(G_C - G_i) <= 1
+    state = (
+        initial_state.to(v.dtype).clone()
+        if initial_state is not None
+        else v.new_zeros(batch, value_heads, key_dim, value_dim)
+    )
+    out = torch.empty_like(v)
+    for n in range(chunks):
+        corrected = u[:, :, n] - w[:, :, n] @ state
+        out[:, :, n] = (q[:, :, n] * scale * cum[:, :, n].exp()) @ state + qk[:, :, n] @ corrected
+        state = state * cum[:, :, n, -1].exp().unsqueeze(-1) + (
+            (k[:, :, n] * decay_to_end[:, :, n]).transpose(-1, -2) @ corrected
+        )
+    out = out.transpose(2, 3).transpose(1, 3).reshape(batch, steps + pad, value_heads, value_dim)
+    return out[:, :steps].contiguous(), state
+
+
+def _intra_chunk_scores(
+    q: torch.Tensor, k: torch.Tensor, cum: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row i of k_i.(k_j * exp(G_i - G_j)) and q_i.(k_j * exp(G_i - G_j)) for j <= i.
+
+    One row at a time keeps memory at the size of k; the mask is applied before the
+    exponent so the (positive) exponents of j > i are never evaluated.
+    """
+    chunk = cum.shape[-2]
+    kk = q.new_zeros(*cum.shape[:-1], chunk)
+    qk = q.new_zeros(*cum.shape[:-1], chunk)
+    for i in range(chunk):
+        diff = cum[..., i : i + 1, :] - cum[..., : i + 1, :]  # [..., j<=i, K], all <= 0
+        k_decayed = k[..., : i + 1, :] * diff.exp()
+        kk[..., i, : i + 1] = torch.einsum("...k,...jk->...j", k[..., i, :], k_decayed)
+        qk[..., i, : i + 1] = torch.einsum("...k,...jk->...j", q[..., i, :], k_decayed)
+    return kk, qk
