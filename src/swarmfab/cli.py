@@ -92,7 +92,9 @@ def run(
                  workdir, log=lambda line: console.print(line, highlight=False),
                  fallback=RestartAgent()).execute()
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts.items()))
-    console.print(f"run {result.run_id} {result.status}: {result.evaluations} evaluations ({counts})")
+    console.print(
+        f"run {result.run_id} {result.status}: {result.evaluations} evaluations ({counts})"
+    )
     if result.champion is None:
         console.print("no candidate beat the baselines: no champion")
         raise typer.Exit(1)
@@ -226,21 +228,23 @@ def report(
 
     store = Store(db)
     record = store.run(run_id)
-    verdicts = store.verdicts(record.id)
-    data = {
-        "run": record.id, "workload": record.workload, "status": record.status,
-        "started_at": str(record.started_at), "finished_at": str(record.finished_at),
-        "counts": store.status_counts(record.id), "champion": record.champion_id,
-        "summary": record.summary,
-        "verdicts": [{"candidate": row.candidate_id, "agent": row.agent, "status": row.status,
-                      "reason": row.reason, "champion": row.became_champion}
-                     for row, _ in verdicts],
-    }
+    verdicts: list[dict[str, Any]] = [
+        {"candidate": row.candidate_id, "agent": row.agent, "status": row.status,
+         "reason": row.reason, "champion": row.became_champion}
+        for row, _ in store.verdicts(record.id)
+    ]
+    counts = store.status_counts(record.id)
     if as_json:
+        data = {
+            "run": record.id, "workload": record.workload, "status": record.status,
+            "started_at": str(record.started_at), "finished_at": str(record.finished_at),
+            "counts": counts, "champion": record.champion_id, "summary": record.summary,
+            "verdicts": verdicts,
+        }
         print(json.dumps(data, indent=2, default=str))
         return
-    console.print(f"run {record.id} ({record.workload}): {record.status}; verdicts {data['counts']}")
-    for entry in data["verdicts"]:
+    console.print(f"run {record.id} ({record.workload}): {record.status}; verdicts {counts}")
+    for entry in verdicts:
         crown = " (champion)" if entry["champion"] else ""
         console.print(f"  {entry['candidate'][:10]} {entry['agent']:<20} {entry['status']:<12} "
                       f"{entry['reason'][:90]}{crown}", highlight=False)

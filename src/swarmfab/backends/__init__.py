@@ -29,4 +29,5 @@ def backend_for_file(path: Path) -> str:
         return _SUFFIXES[path.suffix]
     except KeyError:
         known = ", ".join(_SUFFIXES)
-        raise CandidateError(f"{path}: unknown candidate format (expected one of {known})") from None
+        message = f"{path}: unknown candidate format (expected one of {known})"
+        raise CandidateError(message) from None

@@ -52,4 +52,4 @@ class PythonBackend(Backend):
         forward = getattr(module, "forward", None)
         if not callable(forward):
             raise CandidateError("the candidate file does not define a callable `forward`")
-        return forward  # type: ignore[no-any-return]
+        return forward

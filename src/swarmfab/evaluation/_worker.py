@@ -7,6 +7,7 @@ that tampers with its own process cannot change how it is judged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -70,7 +71,9 @@ def _snapshot(inputs: Inputs) -> Inputs:
     return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
-def run_cases(workload_name: str, artifact: Artifact, cases: list[Case], threads: int) -> list[CaseRun]:
+def run_cases(
+    workload_name: str, artifact: Artifact, cases: list[Case], threads: int
+) -> list[CaseRun]:
     """Run a candidate on every case; a case that raises is reported, the rest go on."""
     torch.set_num_threads(threads)
     workload = get_workload(workload_name)
@@ -115,7 +118,8 @@ def benchmark_shapes(
             if checked is not None:
                 chosen = next(i for i in implementations if i.name == checked)
                 forward = chosen.load(workload, fill_outputs=True)
-                outputs = {k: v.detach().clone() for k, v in _call(workload, forward, inputs).items()}
+                produced = _call(workload, forward, inputs)
+                outputs = {name: value.detach().clone() for name, value in produced.items()}
             calls = {
                 impl.name: _bind(workload, impl.load(workload, fill_outputs=False), inputs)
                 for impl in implementations
@@ -129,5 +133,5 @@ def benchmark_shapes(
     return results
 
 
-def _bind(workload: Workload, forward: Forward, inputs: Inputs) -> object:
+def _bind(workload: Workload, forward: Forward, inputs: Inputs) -> Callable[[], object]:
     return lambda: workload.call(forward, inputs)

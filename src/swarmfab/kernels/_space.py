@@ -70,7 +70,8 @@ class DesignSpace:
     def validate(self, setting: Setting) -> None:
         for knob in self.knobs:
             if setting.get(knob.name) not in knob.values:
-                raise ValueError(f"knob {knob.name}: {setting.get(knob.name)!r} not in {knob.values}")
+                given = setting.get(knob.name)
+                raise ValueError(f"knob {knob.name}: {given!r} not in {knob.values}")
 
     def instantiate(
         self, setting: Setting, *, threads: int, parents: tuple[str, ...] = (),

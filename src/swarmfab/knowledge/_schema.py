@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any, ClassVar
 
 from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -17,7 +18,7 @@ def _now() -> datetime:
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict: JSON, list: JSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict: JSON, list: JSON}
 
 
 class MetaRow(Base):

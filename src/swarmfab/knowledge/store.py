@@ -170,7 +170,8 @@ class Store:
 
     def evaluated_ids(self, run_id: str) -> set[str]:
         with self.session() as s:
-            return set(s.scalars(select(VerdictRow.candidate_id).where(VerdictRow.run_id == run_id)))
+            query = select(VerdictRow.candidate_id).where(VerdictRow.run_id == run_id)
+            return set(s.scalars(query))
 
     def status_counts(self, run_id: str) -> dict[str, int]:
         with self.session() as s:

@@ -60,8 +60,10 @@ def run_table(summary: dict[str, Any]) -> Table:
     table.add_column("speedup [95% CI]", justify="right")
     for shape in summary["shapes"]:
         fastest = shape["fastest_baseline"]
-        base, champ = Estimate(*shape["seconds"][fastest]), Estimate(*shape["seconds"]["champion"])
-        table.add_row(shape["shape"], fastest, _ms(base), _ms(champ), _x(Estimate(*shape["speedup"])))
+        base = Estimate(*shape["seconds"][fastest])
+        champion = Estimate(*shape["seconds"]["champion"])
+        speedup = Estimate(*shape["speedup"])
+        table.add_row(shape["shape"], fastest, _ms(base), _ms(champion), _x(speedup))
     return table
 
 

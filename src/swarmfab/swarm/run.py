@@ -11,7 +11,7 @@ import itertools
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,11 +47,11 @@ class Run:
 
     def __init__(
         self, goal: Goal, store: Store, evaluator: Evaluator, space: DesignSpace,
-        agents: list[Agent], workdir: Path, log: Callable[[str], None] = print,
+        agents: Sequence[Agent], workdir: Path, log: Callable[[str], None] = print,
         fallback: Agent | None = None,
     ):
         self.goal, self.store, self.evaluator, self.space = goal, store, evaluator, space
-        self.agents, self.workdir, self.log = agents, workdir, log
+        self.agents, self.workdir, self.log = list(agents), workdir, log
         self.fallback = fallback  # asked only when every agent is out of proposals
         self.rng = random.Random(goal.seed)
         self.champion: Candidate | None = None

@@ -8,11 +8,10 @@ ABI of compiled candidates and a cost model for the roofline. Everything above i
 
 from __future__ import annotations
 
-import ctypes
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -34,6 +33,9 @@ Inputs = Mapping[str, torch.Tensor | float | None]
 
 Outputs = Mapping[str, torch.Tensor]
 """Named outputs of one call, compared one by one against the reference."""
+
+CFunction = Any
+"""A symbol of a ctypes.CDLL (ctypes' function-pointer class is private)."""
 
 Forward = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 """A candidate or baseline entry point with the workload's Python signature."""
@@ -123,7 +125,7 @@ class Workload(ABC):
         """Call a candidate or baseline with the workload's signature; name its outputs."""
 
     @abstractmethod
-    def wrap_c(self, function: ctypes._CFuncPtr, *, fill_outputs: bool = True) -> Forward:
+    def wrap_c(self, function: CFunction, *, fill_outputs: bool = True) -> Forward:
         """Adapt a compiled ``c_symbol`` to the Python signature (sets argtypes).
 
         With ``fill_outputs`` the output buffers start as NaN, so an element the kernel

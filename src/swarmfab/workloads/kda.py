@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from swarmfab.workloads import _delta_math
 from swarmfab.workloads._base import (
     Case,
+    CFunction,
     Distribution,
     Forward,
     Inputs,
@@ -101,7 +102,7 @@ class KDA(Workload):
         return {"o": o, "final_state": state}
 
     # -- compiled candidates --------------------------------------------------------
-    def wrap_c(self, function: ctypes._CFuncPtr, *, fill_outputs: bool = True) -> Forward:
+    def wrap_c(self, function: CFunction, *, fill_outputs: bool = True) -> Forward:
         function.argtypes = _C_ARGTYPES
         function.restype = ctypes.c_int
 

@@ -9,6 +9,7 @@ recomputed around the new champion: re-basing is automatic.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 
 from swarmfab.agents.base import Agent, Context
 from swarmfab.kernels import Knob, KnobValue
@@ -42,7 +43,9 @@ class LocalSearchAgent(Agent):
                 break
         return proposals
 
-    def _moves(self, base: dict[str, KnobValue], context: Context):  # type: ignore[no-untyped-def]
+    def _moves(
+        self, base: dict[str, KnobValue], context: Context
+    ) -> Iterator[tuple[dict[str, KnobValue], str]]:
         """Settings to try, nearest first: the base itself, single steps, then joint moves."""
         yield dict(base), "starting point of the search"
         steps = [(knob, value) for knob in self.knobs for value in knob.neighbours(base[knob.name])]
