@@ -2,13 +2,15 @@
 
 Several implementations of the same call are timed in rounds; each round runs every
 implementation once, in an order that rotates from round to round, so drift and cache
-warmth fall on all of them alike. Rounds go on until the confidence interval of every
-paired ratio is narrow enough, or the time cap is reached (then the interval says how
-sure we are, and the comparison stays honest).
+warmth fall on all of them alike. Calls shorter than a millisecond are repeated within a
+sample (the same number of times for everyone). Rounds go on until the confidence
+interval of every paired ratio is narrow enough, or the time cap is reached (then the
+interval says how sure we are, and the comparison stays honest).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ class TimingPolicy:
     max_seconds: float = 3.0
     warmup_calls: int = 2
     target_width: float = 0.02
+    min_sample_s: float = 1e-3  # short calls are repeated so one sample lasts at least this
 
 
 CONFIRMATION = TimingPolicy(min_rounds=10, max_rounds=200, max_seconds=8.0, target_width=0.01)
@@ -43,23 +46,34 @@ def time_interleaved(
     Precision is judged on each implementation's ratio to ``reference``.
     """
     names = list(calls)
-    for name in names:
-        for _ in range(policy.warmup_calls):
-            calls[name]()
+    shortest = min(_warm_up(calls[name], policy.warmup_calls) for name in names)
+    inner = max(1, math.ceil(policy.min_sample_s / max(shortest, 1e-9)))
     samples: dict[str, list[float]] = {name: [] for name in names}
     started = _clock()
     for round_index in range(policy.max_rounds):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
+            call = calls[name]
             begin = _clock()
-            calls[name]()
-            samples[name].append(_clock() - begin)
+            for _ in range(inner):
+                call()
+            samples[name].append((_clock() - begin) / inner)
         if round_index + 1 >= policy.min_rounds and (
             _precise(samples, reference, policy.target_width)
             or _clock() - started > policy.max_seconds
         ):
             break
     return samples
+
+
+def _warm_up(call: Callable[[], object], count: int) -> float:
+    """Run ``call`` ``count`` times (at least once); the fastest call's seconds."""
+    best = math.inf
+    for _ in range(max(1, count)):
+        begin = _clock()
+        call()
+        best = min(best, _clock() - begin)
+    return best
 
 
 def _precise(samples: dict[str, list[float]], reference: str, width: float) -> bool:

@@ -35,16 +35,17 @@ def verdict_table(verdict: Verdict) -> Table:
 
 
 def bench_table(tables: list[SideBySide], title: str) -> Table:
-    """Median time with 95% CI per implementation, and each one's speed relative to the first."""
+    """Median time with 95% CI per implementation, and how much faster the first one is."""
     table = Table(title=title, title_justify="left")
+    first = tables[0].reference if tables else "first"
     table.add_column("shape")
     table.add_column("implementation")
     table.add_column("median time [95% CI]", justify="right")
-    table.add_column("speed vs first [95% CI]", justify="right")
+    table.add_column(f"{first} speedup over it [95% CI]", justify="right")
     for side in tables:
         for index, (name, seconds) in enumerate(side.seconds.items()):
             relative = side.ratio_to_reference[name]  # name's time / first's time
-            shown = "reference" if index == 0 else _x(relative.inverted())
+            shown = "-" if index == 0 else _x(relative)
             table.add_row(side.shape if index == 0 else "", name, _ms(seconds), shown)
     return table
 

@@ -65,6 +65,7 @@ def chunked(
     batch, steps, value_heads, key_dim = g.shape
     value_dim = v.shape[-1]
     q, k = expand_heads(q, value_heads), expand_heads(k, value_heads)
+    chunk = min(chunk, steps)  # a short sequence is one chunk, not one padded to 64
     pad = (-steps) % chunk
     if pad:  # zero-padded tokens: g = 0, beta = 0, k = q = 0 leave the state unchanged
         q, k, v, g = (torch.nn.functional.pad(x, (0, 0, 0, 0, 0, pad)) for x in (q, k, v, g))
