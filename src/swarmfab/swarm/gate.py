@@ -2,7 +2,9 @@
 
 Correct on every validation case and every target shape (the verdict is ``accepted``),
 faster than the incumbent with statistical support on at least one target shape, and
-slower beyond the regression epsilon on none. Comparisons come from confidence
+regressing on none: no shape may be slower with statistical support, nor have a median
+ratio worse than the regression epsilon (a noisy measurement whose interval happens to
+include 1 does not excuse a median that says slower). Comparisons come from confidence
 intervals of paired ratios, never from single means.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from swarmfab.evaluation import REGRESSION_EPSILON
 from swarmfab.records import Status, Verdict
 
 __all__ = ["GateDecision", "judge"]
@@ -26,7 +29,10 @@ def judge(verdict: Verdict) -> GateDecision:
         return GateDecision(False, f"not verified ({verdict.status.value})")
     if not verdict.timings:
         return GateDecision(False, "no timings on the target shapes")
-    slower = [t.shape for t in verdict.timings if t.comparison == "slower"]
+    slower = [
+        t.shape for t in verdict.timings
+        if t.comparison == "slower" or t.ratio.median > 1 + REGRESSION_EPSILON
+    ]
     if slower:
         return GateDecision(False, f"regresses on {', '.join(slower)}")
     faster = [t for t in verdict.timings if t.comparison == "faster"]

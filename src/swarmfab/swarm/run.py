@@ -12,7 +12,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from swarmfab.evaluation import Evaluator, Implementation, SideBySide
 from swarmfab.goal import Goal
 from swarmfab.kernels import DesignSpace
 from swarmfab.knowledge import Store
+from swarmfab.measure import CONFIRMATION, TimingPolicy
 from swarmfab.records import Candidate, Status, Verdict
 from swarmfab.swarm.gate import judge
 
@@ -51,15 +52,19 @@ class Run:
         fallback: Agent | None = None,
     ):
         self.goal, self.store, self.evaluator, self.space = goal, store, evaluator, space
-        self.agents, self.workdir, self.log = list(agents), workdir, log
+        self.agents, self.workdir, self._log = list(agents), workdir, log
         self.fallback = fallback  # asked only when every agent is out of proposals
         self.rng = random.Random(goal.seed)
         self.champion: Candidate | None = None
         self.incumbents: dict[str, Implementation] = {}
         self.recent: list[Verdict] = []
+        self._started = time.monotonic()
+
+    def log(self, line: str) -> None:
+        self._log(f"{time.monotonic() - self._started:6.1f}s {line}")
 
     def execute(self) -> RunResult:
-        started = time.monotonic()
+        started = self._started = time.monotonic()
         search_deadline = started + self.goal.budget_s * (1 - FINAL_SHARE)
         run_id = self.store.start_run(self.goal.workload, self.goal.model_dump(mode="json"),
                                       self._host())
@@ -76,10 +81,12 @@ class Run:
         final: list[SideBySide] = []
         champion_dir = None
         if self.champion is not None and status == "finished":
+            self.log("search over: timing the champion and the baselines side by side")
             champion_dir = self._write_champion(run_id)
             final = self.evaluator.side_by_side(
                 [Implementation("champion", artifact=self.evaluator.build(self.champion)),
-                 *[Implementation(name, baseline=name) for name in baselines]]
+                 *[Implementation(name, baseline=name) for name in baselines]],
+                self._final_policy(started),
             )
         self.store.finish_run(run_id, status, _summary(self.champion, final, champion_dir))
         return RunResult(run_id, self.champion, champion_dir, evaluations,
@@ -147,6 +154,12 @@ class Run:
         artifact = self.evaluator.build(candidate)  # cached: no recompilation
         for shape in self.incumbents:
             self.incumbents[shape] = Implementation("champion", artifact=artifact)
+
+    def _final_policy(self, started: float) -> TimingPolicy:
+        """The confirmation policy, capped so the whole run stays near its budget."""
+        left = self.goal.budget_s - (time.monotonic() - started)
+        per_shape = max(1.0, 0.7 * left / len(self.goal.shapes))
+        return replace(CONFIRMATION, max_seconds=min(CONFIRMATION.max_seconds, per_shape))
 
     def _out_of_evaluations(self, evaluations: int) -> bool:
         limit = self.goal.max_evaluations

@@ -32,19 +32,23 @@ def _render(setting: Setting, threads: int) -> tuple[dict[str, str], str, tuple[
 
 
 def recurrent_space() -> DesignSpace:
-    """Per-token recurrence with the state tiled by value columns."""
+    """Per-token recurrence with the state tiled by value columns.
+
+    The defaults are the plain, portable choice an engineer would write first (fused
+    passes, OpenMP over tiles, -O3 for the host); agents search around them.
+    """
     return DesignSpace(
         name="kda-cpu-recurrent",
         workload="kda",
         backend="c",
         knobs=(
-            Knob("tile_v", "tiling", (8, 16, 32, 64, 128), 16, ordered=True,
+            Knob("tile_v", "tiling", (8, 16, 32, 64, 128), 32, ordered=True,
                  help="state columns per tile (a tile stays in cache for the whole sequence)"),
-            Knob("passes", "algorithm", ("fused", "separate"), "separate",
+            Knob("passes", "algorithm", ("fused", "separate"), "fused",
                  help="two fused passes over the tile per token, or four separate ones"),
-            Knob("parallel", "parallelism", ("serial", "heads", "tiles"), "serial",
+            Knob("parallel", "parallelism", ("serial", "heads", "tiles"), "tiles",
                  help="OpenMP over nothing, (batch, head), or (batch, head, tile)"),
-            Knob("flags", "compiler", tuple(_FLAGS), "O2", ordered=True,
+            Knob("flags", "compiler", tuple(_FLAGS), "O3-native", ordered=True,
                  help="optimisation level, host ISA, fast-math"),
         ),
         render=_render,

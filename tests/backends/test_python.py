@@ -1,0 +1,51 @@
+"""The Python backend: syntax check at build time, `forward` required at load time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from swarmfab.backends import PythonBackend, backend_for_file, get_backend
+from swarmfab.errors import BuildError, CandidateError
+from swarmfab.records import Candidate
+from swarmfab.workloads.kda import KDA
+
+
+def _py(source: str) -> Candidate:
+    return Candidate("kda", "python", {"cand.py": source}, "cand.py")
+
+
+def test_build_caches_and_load_returns_forward(tmp_path: Path, kda: KDA) -> None:
+    candidate = _py("def forward(*args, **kwargs):\n    return 42\n")
+    first = PythonBackend().build(candidate, tmp_path)
+    assert not first.cached
+    assert PythonBackend().build(candidate, tmp_path).cached
+    assert PythonBackend().load(first, kda, fill_outputs=True)() == 42
+
+
+def test_syntax_error_is_a_build_error_with_the_line(tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match=r"cand\.py:2"):
+        PythonBackend().build(_py("x = 1\ndef forward(:\n"), tmp_path)
+
+
+def test_file_without_forward_is_a_candidate_error(tmp_path: Path, kda: KDA) -> None:
+    artifact = PythonBackend().build(_py("def backward():\n    pass\n"), tmp_path)
+    with pytest.raises(CandidateError, match="forward"):
+        PythonBackend().load(artifact, kda, fill_outputs=True)
+
+
+def test_import_time_failure_is_a_candidate_error(tmp_path: Path, kda: KDA) -> None:
+    artifact = PythonBackend().build(_py("raise RuntimeError('boom')\n"), tmp_path)
+    with pytest.raises(CandidateError, match="boom"):
+        PythonBackend().load(artifact, kda, fill_outputs=True)
+
+
+def test_backend_lookup_by_name_and_suffix() -> None:
+    assert get_backend("c").name == "c"
+    assert backend_for_file(Path("x.py")) == "python"
+    assert backend_for_file(Path("x.c")) == "c"
+    with pytest.raises(CandidateError, match="unknown candidate format"):
+        backend_for_file(Path("x.cu"))
+    with pytest.raises(CandidateError, match="unknown backend"):
+        get_backend("fortran")

@@ -1,0 +1,100 @@
+"""Timing statistics: medians with bootstrap CIs, paired ratios, and the three-way verdict."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from swarmfab.measure import TimingPolicy, classify, median_ci, paired_ratio, time_interleaved
+from swarmfab.records import Estimate
+
+
+def _timings(n: int = 40, seed: int = 0) -> list[float]:
+    """Heavy-ish right tail, like real timings on a shared machine."""
+    rng = np.random.default_rng(seed)
+    return (1e-3 * rng.lognormal(0.0, 0.05, n)).tolist()
+
+
+def _noise(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).lognormal(0.0, 0.01, n)
+
+
+def test_median_ci_contains_the_median() -> None:
+    samples = _timings()
+    estimate = median_ci(samples)
+    assert estimate.median == pytest.approx(float(np.median(samples)))
+    assert estimate.low <= estimate.median <= estimate.high
+    assert estimate.low < estimate.high
+    assert min(samples) <= estimate.low and estimate.high <= max(samples)
+
+
+def test_median_ci_is_reproducible_and_degenerate_for_one_sample() -> None:
+    samples = _timings(seed=3)
+    assert median_ci(samples) == median_ci(samples)
+    assert median_ci([2.5]) == Estimate(2.5, 2.5, 2.5)
+    with pytest.raises(ValueError):
+        median_ci([])
+
+
+def test_paired_ratio_of_identical_samples_is_one_and_indistinguishable() -> None:
+    samples = _timings()
+    ratio = paired_ratio(samples, list(samples))
+    assert ratio.median == pytest.approx(1.0)
+    assert ratio.low <= 1.0 <= ratio.high
+    assert classify(ratio) == "indistinguishable"
+
+
+@pytest.mark.parametrize(("factor", "expected"), [(1.3, "slower"), (0.7, "faster")])
+def test_paired_ratio_detects_a_scaled_implementation(factor: float, expected: str) -> None:
+    base = np.asarray(_timings(seed=1))
+    candidate = (base * factor * _noise(base.size, 2)).tolist()
+    incumbent = (base * _noise(base.size, 3)).tolist()
+    ratio = paired_ratio(candidate, incumbent)
+    assert ratio.median == pytest.approx(factor, rel=0.02)
+    assert ratio.low <= ratio.median <= ratio.high
+    assert classify(ratio) == expected
+    assert classify(ratio, epsilon=0.02) == expected
+
+
+def test_pairing_cancels_drift_shared_by_both_sides() -> None:
+    drift = np.linspace(1.0, 3.0, 40)  # the machine slows down threefold during the run
+    incumbent = (1e-3 * drift).tolist()
+    candidate = (0.8e-3 * drift).tolist()
+    ratio = paired_ratio(candidate, incumbent)
+    assert ratio.median == pytest.approx(0.8)
+    assert classify(ratio) == "faster"
+
+
+def test_paired_ratio_requires_equal_lengths() -> None:
+    with pytest.raises(ValueError, match="same length"):
+        paired_ratio([1.0, 2.0], [1.0])
+
+
+def test_classify_respects_epsilon() -> None:
+    slightly_slower = Estimate(1.01, 1.005, 1.015)
+    assert classify(slightly_slower) == "slower"
+    assert classify(slightly_slower, epsilon=0.02) == "indistinguishable"
+    straddling = Estimate(0.99, 0.95, 1.02)
+    assert classify(straddling) == "indistinguishable"
+
+
+def test_estimate_inversion_swaps_bounds() -> None:
+    speedup = Estimate(0.5, 0.4, 0.8).inverted()
+    assert speedup == Estimate(2.0, 1.25, 2.5)
+
+
+def test_time_interleaved_times_every_implementation_in_the_same_rounds() -> None:
+    calls: list[str] = []
+    policy = TimingPolicy(min_rounds=4, max_rounds=7, max_seconds=5.0, warmup_calls=1,
+                          target_width=1e-12)  # never precise enough: runs max_rounds
+    samples = time_interleaved(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, policy, reference="a"
+    )
+    assert set(samples) == {"a", "b"}
+    assert len(samples["a"]) == len(samples["b"]) == 7
+    assert all(s >= 0 for s in samples["a"] + samples["b"])
+    assert calls.count("a") == calls.count("b") == 1 + 7  # warm-up plus rounds
+    # order rotates, so neither always runs first
+    rounds = calls[2:]
+    firsts = {rounds[i] for i in range(0, len(rounds), 2)}
+    assert firsts == {"a", "b"}

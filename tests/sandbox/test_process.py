@@ -1,0 +1,132 @@
+"""The sandbox: every way a job can end, resource limits and the scrubbed environment.
+
+Jobs must be importable by the forkserver, so they are standard-library functions.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from swarmfab.sandbox import JobStatus, Limits, run_job, scrubbed_environment
+
+
+def test_a_job_returns_its_value() -> None:
+    outcome = run_job(divmod, 17, 5)
+    assert outcome.status is JobStatus.OK
+    assert outcome.value == (3, 2)
+
+
+def test_a_hang_ends_as_timed_out_within_the_wall_limit() -> None:
+    started = time.monotonic()
+    outcome = run_job(time.sleep, 60, limits=Limits(wall_s=1.5))
+    elapsed = time.monotonic() - started
+    assert outcome.status is JobStatus.TIMED_OUT
+    assert "no answer within" in outcome.detail
+    assert elapsed < 1.5 + 5
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_timed_out_job_loses_the_processes_it_forked(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    command = f"sleep 120 & echo $! > {pidfile}; wait"
+    outcome = run_job(os.system, command, limits=Limits(wall_s=1.5))
+    assert outcome.status is JobStatus.TIMED_OUT
+    grandchild = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild), "the job's own child survived the sandbox"
+
+
+def test_abort_ends_as_crashed_naming_the_signal() -> None:
+    outcome = run_job(os.abort)
+    assert outcome.status is JobStatus.CRASHED
+    assert "SIGABRT" in outcome.detail
+
+
+def test_exit_without_answer_ends_as_crashed() -> None:
+    outcome = run_job(os._exit, 3)
+    assert outcome.status is JobStatus.CRASHED
+    assert "status 3" in outcome.detail
+
+
+def test_a_raised_exception_ends_as_error_with_its_message() -> None:
+    outcome = run_job(int, "not a number")
+    assert outcome.status is JobStatus.ERROR
+    assert "ValueError" in outcome.detail
+    assert "not a number" in outcome.detail
+
+
+def test_cpu_limit_stops_a_busy_loop() -> None:
+    outcome = run_job(sum, range(10**12), limits=Limits(wall_s=30, cpu_s=1))
+    assert outcome.status is JobStatus.CRASHED
+    assert "SIGXCPU" in outcome.detail or "SIGKILL" in outcome.detail
+
+
+def test_memory_limit_turns_a_huge_allocation_into_an_error() -> None:
+    outcome = run_job(bytearray, 8 * 2**30, limits=Limits(wall_s=30, memory_bytes=4 * 2**30))
+    assert outcome.status is JobStatus.ERROR
+    assert "MemoryError" in outcome.detail
+
+
+def test_jobs_run_in_a_private_temporary_directory() -> None:
+    outcome = run_job(os.getcwd)
+    assert outcome.status is JobStatus.OK
+    assert outcome.value != os.getcwd()
+    assert "swarmfab-job-" in outcome.value
+    assert not Path(outcome.value).exists()  # removed once the job is done
+
+
+def test_credentials_are_scrubbed_but_harmless_variables_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
+    monkeypatch.setenv("HF_TOKEN", "hf-should-not-leak")
+    monkeypatch.setenv("SWARMFAB_TEST_HARMLESS", "visible")
+    assert run_job(os.getenv, "OPENAI_API_KEY").value is None
+    assert run_job(os.getenv, "HF_TOKEN").value is None
+    harmless = run_job(os.getenv, "SWARMFAB_TEST_HARMLESS")
+    assert harmless.status is JobStatus.OK
+    assert harmless.value == "visible"
+
+
+def test_scrubbed_environment_drops_secret_looking_names() -> None:
+    env = {"PATH": "/bin", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "x", "GITHUB_TOKEN": "x",
+           "DB_PASSWORD": "x", "DATABASE_URL": "x", "LANG": "C"}
+    assert scrubbed_environment(env) == {"PATH": "/bin", "HOME": "/root", "LANG": "C"}
+
+
+def test_credentials_in_the_initial_environment_do_not_reach_jobs(tmp_path: Path) -> None:
+    """A secret the user exported before starting swarmfab must not be readable by a job,
+    not even through /proc/self/environ (the environment block the process started with)."""
+    script = textwrap.dedent("""
+        import os, pathlib, sys
+        from swarmfab.sandbox import run_job
+        if __name__ == "__main__":
+            seen = run_job(os.getenv, "OPENAI_API_KEY").value
+            block = run_job(pathlib.Path.read_bytes, pathlib.Path("/proc/self/environ")).value
+            print("getenv", seen)
+            print("environ", b"sk-initial-secret" in block)
+    """)
+    path = tmp_path / "probe.py"
+    path.write_text(script)
+    env = {**os.environ, "OPENAI_API_KEY": "sk-initial-secret"}
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "getenv None" in done.stdout
+    assert "environ False" in done.stdout, "the job read the secret from /proc/self/environ"

@@ -1,0 +1,152 @@
+"""Goals: TOML files and defaults, validated into one GoalError naming field and allowed values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from swarmfab.errors import GoalError
+from swarmfab.goal import Goal, default_goal, load_goal, parse_duration
+from swarmfab.workloads import Shape
+from swarmfab.workloads.kda import KDA
+
+VALID = """
+workload = "kda"
+budget = "90s"
+threads = 3
+seed = 7
+eval_timeout = "2m"
+max_evaluations = 12
+shapes = [
+  {B = 1, T = 256, H = 4, K = 64, V = 64},
+  {B = 2, T = 64, H = 2, HV = 4, K = 32, V = 48, initial_state = true},
+]
+
+[tolerance]
+rms_ratio = 2e-4
+"""
+
+
+def _goal_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "goal.toml"
+    path.write_text(text)
+    return path
+
+
+def _with_shapes(shapes: str, extra: str = "") -> str:
+    return f'workload = "kda"\n{extra}\nshapes = [{shapes}]\n'
+
+
+def test_load_valid_goal(tmp_path: Path) -> None:
+    goal = load_goal(_goal_file(tmp_path, VALID))
+    assert goal.workload == "kda"
+    assert goal.budget_s == 90.0
+    assert goal.eval_timeout_s == 120.0
+    assert (goal.threads, goal.seed, goal.max_evaluations) == (3, 7, 12)
+    assert goal.tolerance.rms_ratio == 2e-4
+    assert goal.tolerance.max_abs is None
+    assert goal.target_shapes() == [
+        Shape(B=1, T=256, H=4, HV=4, K=64, V=64),  # HV defaults to H
+        Shape(B=2, T=64, H=2, HV=4, K=32, V=48, initial_state=True),
+    ]
+
+
+def test_default_goal_uses_the_workload_defaults() -> None:
+    goal = default_goal("kda")
+    assert goal.workload == "kda"
+    assert goal.target_shapes() == list(KDA.default_shapes)
+    assert (goal.device, goal.dtype, goal.metric) == ("cpu", "float32", "latency")
+    assert goal.budget_s == 60.0
+    assert goal.threads >= 1
+    assert goal.agents == ["builtin"]
+    assert goal.tolerance.rms_ratio is None and goal.tolerance.max_abs is None
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("60s", 60.0), ("10m", 600.0), ("1.5h", 5400.0), ("2min", 120.0), ("250ms", 0.25),
+     ("90", 90.0), (" 5 s ", 5.0), (45, 45.0), (2.5, 2.5)],
+)
+def test_parse_duration(text: str | float, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "ten minutes", "5 parsecs", "-5s", "1.5.2h", "s", "0s", 0])
+def test_parse_duration_rejects_bad_strings(text: str | int) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "must_mention"),
+    [
+        (_with_shapes("{B=1, T=8, H=1, K=8, V=8}", "colour = 'blue'"), ["colour"]),
+        (_with_shapes("{B=1, T=8, H=1, K=8, V=8}", 'device = "gpu"'), ["device", "'cpu'", "gpu"]),
+        (_with_shapes("{B=1, T=-4, H=1, K=8, V=8}"), ["shapes.0.T", "greater than or equal to 1"]),
+        (_with_shapes("{B=1, T=8, H=4, HV=6, K=8, V=8}"), ["shapes.0", "multiple of H"]),
+        (_with_shapes("{B=1, T=8, H=1, K=8, V=8, W=3}"), ["shapes.0.W"]),
+        (_with_shapes("{B=1, T=8, H=1, K=8, V=8}", 'budget = "soon"'), ["budget", "soon"]),
+        (_with_shapes("{B=1, T=8, H=1, K=8, V=8}", "threads = 0"), ["threads"]),
+        (_with_shapes("{B=1, T=8, H=1, K=8, V=8}", 'dtype = "bfloat16"'), ["dtype", "float32"]),
+        (_with_shapes("{B=1, T=8, H=1, K=8, V=8}", "[tolerance]\nrms_ratio = 2.0"),
+         ["tolerance.rms_ratio"]),
+        ('workload = "kda"\nshapes = []\n', ["shapes"]),
+        ('workload = "kda"\n', ["shapes", "Field required"]),
+    ],
+    ids=["unknown-field", "device-gpu", "negative-T", "hv-not-multiple", "unknown-shape-field",
+         "bad-budget", "zero-threads", "bad-dtype", "tolerance-out-of-range", "no-shapes",
+         "missing-shapes"],
+)
+def test_invalid_goal_raises_goal_error_naming_the_field(
+    tmp_path: Path, text: str, must_mention: list[str]
+) -> None:
+    path = _goal_file(tmp_path, text)
+    with pytest.raises(GoalError) as info:
+        load_goal(path)
+    message = str(info.value)
+    assert str(path) in message
+    for fragment in must_mention:
+        assert fragment in message, message
+
+
+def test_unknown_workload_raises_goal_error_listing_known_workloads(tmp_path: Path) -> None:
+    path = _goal_file(tmp_path, _with_shapes("{B=1, T=8, H=1, K=8, V=8}").replace("kda", "mamba"))
+    with pytest.raises(GoalError) as info:
+        load_goal(path)
+    assert "workload" in str(info.value)
+    assert "mamba" in str(info.value)
+    assert "kda" in str(info.value)
+
+
+def test_malformed_toml_raises_goal_error(tmp_path: Path) -> None:
+    path = _goal_file(tmp_path, 'workload = "kda"\nshapes = [{B=1,\n')
+    with pytest.raises(GoalError, match="not valid TOML"):
+        load_goal(path)
+
+
+def test_missing_file_raises_goal_error(tmp_path: Path) -> None:
+    with pytest.raises(GoalError, match="does not exist"):
+        load_goal(tmp_path / "nowhere.toml")
+
+
+def test_with_overrides_validates_and_leaves_the_original_alone() -> None:
+    goal = default_goal("kda")
+    changed = goal.with_overrides(budget="40s", threads=1, seed=3, max_evaluations=None)
+    assert (changed.budget_s, changed.threads, changed.seed) == (40.0, 1, 3)
+    assert changed.max_evaluations is None  # None means "keep"
+    assert goal.budget_s == 60.0
+    assert changed.shapes == goal.shapes
+    with pytest.raises(GoalError, match="threads"):
+        goal.with_overrides(threads=0)
+    with pytest.raises(GoalError, match="budget"):
+        goal.with_overrides(budget="whenever")
+    with pytest.raises(GoalError, match="command line"):
+        goal.with_overrides(seed=-1)
+
+
+def test_goals_are_immutable() -> None:
+    goal = default_goal("kda")
+    with pytest.raises(Exception):  # noqa: B017 - pydantic raises its own frozen error
+        goal.seed = 5  # type: ignore[misc]
+    assert isinstance(goal, Goal)
