@@ -8,8 +8,8 @@ __all__ = ["DesignSpace", "Knob", "KnobValue", "Setting", "design_space"]
 
 def design_space(workload: str) -> DesignSpace:
     """The built-in design space of a workload."""
-    if workload == "kda":
-        from swarmfab.kernels.kda import recurrent_space
+    if workload in ("kda", "gdn"):
+        from swarmfab.kernels.delta import recurrent_space
 
-        return recurrent_space()
+        return recurrent_space(workload)
     raise WorkloadError(f"workload {workload!r} has no built-in design space")

@@ -31,9 +31,10 @@ __all__ = [
 
 
 def _registry() -> dict[str, type[Workload]]:
+    from swarmfab.workloads.gdn import GDN
     from swarmfab.workloads.kda import KDA
 
-    return {KDA.name: KDA}
+    return {KDA.name: KDA, GDN.name: GDN}
 
 
 def workload_names() -> list[str]:

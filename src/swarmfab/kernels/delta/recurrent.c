@@ -1,5 +1,6 @@
 /*
- * KDA forward, per-token recurrence, for CPUs.
+ * Gated delta rule forward (KDA: decay per key channel; GDN: one decay per head and
+ * token), per-token recurrence, for CPUs.
  *
  * Each value column of the K x V state evolves independently, so the state is tiled by
  * value columns (KDA_BV wide): one tile stays in L1/L2 for the whole sequence and tiles
@@ -9,6 +10,9 @@
  *                 0: four separate passes
  *   KDA_PARALLEL  0: serial; 1: OpenMP over (batch, value head); 2: also over tiles
  *   KDA_THREADS   OpenMP thread count
+ * Workload (set by the workload's design space):
+ *   DELTA_SCALAR_GATE  0: g is [B,T,HV,K] (KDA); 1: g is [B,T,HV] (GDN)
+ *   DELTA_SYMBOL       exported entry point (kda_forward, gdn_forward)
  */
 #include <math.h>
 #include <stdint.h>
@@ -27,6 +31,19 @@
 #ifndef KDA_THREADS
 #define KDA_THREADS 1
 #endif
+#ifndef DELTA_SCALAR_GATE
+#define DELTA_SCALAR_GATE 0
+#endif
+#ifndef DELTA_SYMBOL
+#define DELTA_SYMBOL kda_forward
+#endif
+#if DELTA_SCALAR_GATE
+#define GATE_STRIDE 1
+#define DECAY(gt, i) decay0
+#else
+#define GATE_STRIDE K
+#define DECAY(gt, i) expf((gt)[i])
+#endif
 
 typedef struct {
     const float *q, *k, *v, *g, *beta, *h0;
@@ -43,9 +60,12 @@ token_step(float *restrict S, const float *restrict qt, const float *restrict kt
 {
     float acc[KDA_BV], upd[KDA_BV], out[KDA_BV];
     for (int j = 0; j < bv; j++) { acc[j] = 0.0f; out[j] = 0.0f; }
+#if DELTA_SCALAR_GATE
+    const float decay0 = expf(gt[0]);
+#endif
 #if KDA_FUSED
     for (int64_t i = 0; i < K; i++) {
-        const float d = expf(gt[i]), ki = kt[i];
+        const float d = DECAY(gt, i), ki = kt[i];
         float *restrict row = S + i * KDA_BV;
 #pragma omp simd
         for (int j = 0; j < bv; j++) { row[j] *= d; acc[j] += row[j] * ki; }
@@ -59,7 +79,7 @@ token_step(float *restrict S, const float *restrict qt, const float *restrict kt
     }
 #else
     for (int64_t i = 0; i < K; i++) {
-        const float d = expf(gt[i]);
+        const float d = DECAY(gt, i);
         for (int j = 0; j < bv; j++) S[i * KDA_BV + j] *= d;
     }
     for (int64_t i = 0; i < K; i++)
@@ -87,10 +107,10 @@ static void run_tile(const kda_args *a, float *restrict S, int64_t b, int64_t hv
         const float *vt = a->v + tok * V + v0;
         float *ot = a->o + tok * V + v0;
         if (bv == KDA_BV)  /* full tile: constant trip count, fully vectorised */
-            token_step(S, a->q + qk_off, a->k + qk_off, a->g + tok * K, vt, a->beta[tok],
+            token_step(S, a->q + qk_off, a->k + qk_off, a->g + tok * GATE_STRIDE, vt, a->beta[tok],
                        a->scale, ot, K, KDA_BV);
         else
-            token_step(S, a->q + qk_off, a->k + qk_off, a->g + tok * K, vt, a->beta[tok],
+            token_step(S, a->q + qk_off, a->k + qk_off, a->g + tok * GATE_STRIDE, vt, a->beta[tok],
                        a->scale, ot, K, bv);
     }
     if (a->ht) {
@@ -100,7 +120,7 @@ static void run_tile(const kda_args *a, float *restrict S, int64_t b, int64_t hv
     }
 }
 
-int kda_forward(const float *q, const float *k, const float *v, const float *g,
+int DELTA_SYMBOL(const float *q, const float *k, const float *v, const float *g,
                 const float *beta, const float *h0, float *o, float *ht, float scale,
                 int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V)
 {

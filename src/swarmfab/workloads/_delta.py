@@ -1,0 +1,217 @@
+"""The gated delta rule family: KDA (decay per key channel) and GDN (one decay per head).
+
+Layouts follow flash-linear-attention: q, k ``[B,T,H,K]`` (L2-normalised by the caller),
+v ``[B,T,HV,V]``, g ``[B,T,HV,K]`` for KDA or ``[B,T,HV]`` for GDN (log decay, <= 0),
+beta ``[B,T,HV]``, states ``[B,HV,K,V]`` float32. Compiled candidates export
+
+    int <name>_forward(const float *q, const float *k, const float *v, const float *g,
+                       const float *beta, const float *h0, float *o, float *ht,
+                       float scale, int64_t B, int64_t T, int64_t H, int64_t HV,
+                       int64_t K, int64_t V);
+
+row-major contiguous float32; h0 and ht may be NULL; 0 on success, non-zero to refuse.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from swarmfab.workloads import _delta_math
+from swarmfab.workloads._base import (
+    Case,
+    CFunction,
+    Distribution,
+    Forward,
+    Inputs,
+    KernelRefusedError,
+    Outputs,
+    Shape,
+    Workload,
+)
+
+__all__ = ["GatedDeltaRule"]
+
+_C_ARGTYPES = [ctypes.c_void_p] * 8 + [ctypes.c_float] + [ctypes.c_int64] * 6
+
+
+def _pointer(tensor: torch.Tensor | None) -> int | None:
+    return None if tensor is None else tensor.data_ptr()
+
+
+class GatedDeltaRule(Workload):
+    """Shared implementation of KDA and GDN; subclasses set names and the gate layout."""
+
+    output_names = ("o", "final_state")
+    gate_per_channel: bool
+    default_shapes = (
+        Shape(B=1, T=1024, H=16, HV=16, K=128, V=128),
+        Shape(B=2, T=256, H=4, HV=4, K=64, V=64, initial_state=True),
+    )
+
+    # -- inputs and reference -------------------------------------------------------
+    def gate_shape(self, shape: Shape) -> tuple[int, ...]:
+        if self.gate_per_channel:
+            return (shape.B, shape.T, shape.HV, shape.K)
+        return (shape.B, shape.T, shape.HV)
+
+    def per_channel_gate(self, g: torch.Tensor, key_dim: int) -> torch.Tensor:
+        """The gate as ``[B,T,HV,K]`` (a scalar gate repeated over key channels)."""
+        if self.gate_per_channel:
+            return g
+        return g.unsqueeze(-1).expand(*g.shape, key_dim)
+
+    def make_inputs(self, case: Case, dtype: torch.dtype = torch.float32) -> Inputs:
+        s, dist = case.shape, case.distribution
+        gen = torch.Generator().manual_seed(case.seed)
+        q = F.normalize(torch.rand(s.B, s.T, s.H, s.K, generator=gen, dtype=torch.float64), dim=-1)
+        k = F.normalize(torch.rand(s.B, s.T, s.H, s.K, generator=gen, dtype=torch.float64), dim=-1)
+        v = torch.rand(s.B, s.T, s.HV, s.V, generator=gen, dtype=torch.float64) * dist.magnitude
+        gate_shape = self.gate_shape(s)
+        g = F.logsigmoid(torch.randn(gate_shape, generator=gen, dtype=torch.float64))
+        g = g / dist.gate_divisor
+        if dist.gate_zero_prob > 0:
+            keep = torch.rand(gate_shape, generator=gen, dtype=torch.float64) >= dist.gate_zero_prob
+            g = g * keep
+        beta = _draw_beta(dist, (s.B, s.T, s.HV), gen)
+        h0 = None
+        if s.initial_state:
+            h0 = torch.randn(s.B, s.HV, s.K, s.V, generator=gen, dtype=torch.float64)
+            h0 = (h0 * dist.magnitude).float()
+        return {
+            "q": q.to(dtype), "k": k.to(dtype), "v": v.to(dtype), "g": g.float(),
+            "beta": beta.to(dtype), "initial_state": h0, "scale": s.K**-0.5,
+        }
+
+    def reference(self, inputs: Inputs) -> Outputs:
+        q, k, v, g, beta, h0 = self._float64(inputs)
+        o, state = _delta_math.recurrent(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
+        return {"o": o, "final_state": state}
+
+    def reference_chunked(self, inputs: Inputs, chunk: int = 64) -> Outputs:
+        """The independent chunked formulation in float64 (cross-checks :meth:`reference`)."""
+        q, k, v, g, beta, h0 = self._float64(inputs)
+        o, state = _delta_math.chunked(q, k, v, g, beta, float(inputs["scale"]), h0, chunk)  # type: ignore[arg-type]
+        return {"o": o, "final_state": state}
+
+    def _float64(self, inputs: Inputs) -> list[torch.Tensor | None]:
+        tensors = _tensors(inputs, torch.float64)
+        q, g = tensors[0], tensors[3]
+        assert q is not None and g is not None
+        tensors[3] = self.per_channel_gate(g, q.shape[-1])
+        return tensors
+
+    def call(self, forward: Forward, inputs: Inputs) -> Outputs:
+        o, state = forward(
+            inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"],
+            scale=inputs["scale"], initial_state=inputs["initial_state"],
+            output_final_state=True,
+        )
+        if state is None:
+            raise KernelRefusedError("output_final_state=True but no final state was returned")
+        return {"o": o, "final_state": state}
+
+    # -- compiled candidates --------------------------------------------------------
+    def wrap_c(self, function: CFunction, *, fill_outputs: bool = True) -> Forward:
+        function.argtypes = _C_ARGTYPES
+        function.restype = ctypes.c_int
+
+        def forward(
+            q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+            beta: torch.Tensor, scale: float | None = None,
+            initial_state: torch.Tensor | None = None, output_final_state: bool = False,
+        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+            q, k, v, g, beta = (x.contiguous().float() for x in (q, k, v, g, beta))
+            batch, steps, heads, key_dim = q.shape
+            value_heads, value_dim = v.shape[2], v.shape[3]
+            h0 = None if initial_state is None else initial_state.contiguous().float()
+            # when verifying, outputs start as NaN so any element left unwritten is caught
+            state_shape = (batch, value_heads, key_dim, value_dim)
+            o = _output(v.shape, fill_outputs)
+            ht = _output(state_shape, fill_outputs) if output_final_state else None
+            status = function(
+                q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr(), beta.data_ptr(),
+                _pointer(h0), o.data_ptr(), _pointer(ht),
+                key_dim**-0.5 if scale is None else scale,
+                batch, steps, heads, value_heads, key_dim, value_dim,
+            )
+            if status != 0:
+                raise KernelRefusedError(f"{self.c_symbol} returned {status} (arguments refused)")
+            return o, ht
+
+        return forward
+
+    # -- baselines, corpus, cost ----------------------------------------------------
+    def baselines(self) -> dict[str, Forward]:
+        return {
+            "torch-recurrent": functools.partial(_baseline, self, _delta_math.recurrent),
+            "torch-chunked": functools.partial(_baseline, self, _delta_math.chunked),
+        }
+
+    def validation_cases(self) -> list[Case]:
+        strong, weak = Distribution(gate_divisor=0.1), Distribution(gate_divisor=10.0)
+        return [
+            Case("decode-with-state", Shape(1, 1, 2, 2, 16, 16, initial_state=True)),
+            Case("tail-not-chunk-multiple", Shape(1, 37, 2, 2, 32, 32), seed=1),
+            Case("gva-2x-k-ne-v", Shape(2, 64, 2, 4, 32, 48, initial_state=True), seed=2),
+            Case("gva-4x", Shape(1, 20, 1, 4, 16, 16), seed=3),
+            Case("strong-decay", Shape(1, 100, 1, 1, 64, 64, initial_state=True), strong, seed=4),
+            Case("weak-decay-masked", Shape(1, 70, 2, 2, 16, 16),
+                 Distribution(gate_divisor=10.0, gate_zero_prob=0.5), seed=5),
+            Case("beta-near-0", Shape(1, 33, 1, 2, 16, 32), Distribution(beta="near0"), seed=6),
+            Case("beta-near-1-large", Shape(1, 50, 2, 2, 32, 32, initial_state=True),
+                 Distribution(beta="near1", magnitude=100.0), seed=7),
+            Case("long-sequence", Shape(1, 300, 1, 1, 16, 16), weak, seed=8),
+        ]
+
+    def flops(self, shape: Shape) -> float:
+        """7*K*V per token and value head: decay K*V, S^T k 2KV, update 2KV, readout 2KV."""
+        return 7.0 * shape.B * shape.T * shape.HV * shape.K * shape.V
+
+    def min_bytes(self, shape: Shape) -> float:
+        """float32: q, k, v, g, beta read once; o written; state read (if given) and written."""
+        s = shape
+        gate = s.K if self.gate_per_channel else 1
+        token_bytes = 4 * s.B * s.T * (2 * s.H * s.K + s.HV * (2 * s.V + gate + 1))
+        state_bytes = 4 * s.B * s.HV * s.K * s.V * (2 if s.initial_state else 1)
+        return float(token_bytes + state_bytes)
+
+
+def _output(shape: tuple[int, ...] | torch.Size, fill: bool) -> torch.Tensor:
+    if fill:
+        return torch.full(shape, math.nan, dtype=torch.float32)
+    return torch.empty(shape, dtype=torch.float32)
+
+
+def _draw_beta(dist: Distribution, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    if dist.beta == "near0":
+        return torch.rand(shape, generator=gen, dtype=torch.float64) * 1e-3
+    if dist.beta == "near1":
+        return 1 - torch.rand(shape, generator=gen, dtype=torch.float64) * 1e-3
+    return torch.sigmoid(torch.randn(shape, generator=gen, dtype=torch.float64))
+
+
+def _tensors(inputs: Inputs, dtype: torch.dtype) -> list[torch.Tensor | None]:
+    names = ("q", "k", "v", "g", "beta", "initial_state")
+    values = [inputs[name] for name in names]
+    return [None if x is None else x.to(dtype) for x in values]  # type: ignore[union-attr]
+
+
+def _baseline(
+    workload: GatedDeltaRule, algorithm: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+    scale: float | None = None, initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A PyTorch baseline in float32: fla's naive per-token recurrence, or the vectorised
+    chunked (WY/UT) form with chunk 64."""
+    o, state = algorithm(
+        q, k, v, workload.per_channel_gate(g, q.shape[-1]), beta,
+        q.shape[-1] ** -0.5 if scale is None else scale, initial_state,
+    )
+    return o, state if output_final_state else None
