@@ -26,7 +26,7 @@ from swarmfab.evaluation._worker import (
 from swarmfab.measure import CONFIRMATION, TimingPolicy, classify, median_ci, paired_ratio
 from swarmfab.records import Candidate, CheckResult, Estimate, ShapeTiming, Status, Verdict
 from swarmfab.sandbox import JobOutcome, JobStatus, Limits, run_job
-from swarmfab.verify import compare_outputs
+from swarmfab.verify import compare_outputs, probes
 from swarmfab.workloads import Case, Outputs, Shape, Tolerances, Workload
 
 __all__ = ["Evaluator", "SideBySide"]
@@ -88,6 +88,8 @@ class Evaluator:
         """Compute every reference up front, before any candidate code has run."""
         for case in [*self.cases, *self.targets]:
             self.reference(case)
+        for case in self.cases:
+            self.reference(probes.twin_case(case))
 
     # -- one candidate -------------------------------------------------------------
     def build(self, candidate: Candidate) -> Artifact:
@@ -173,12 +175,14 @@ class Evaluator:
                        tuple(checks), (), time.monotonic() - started)
 
     def _case_checks(self, case: Case, run: CaseRun) -> list[CheckResult]:
-        if run.error is not None or run.outputs is None:
+        if run.error is not None or run.outputs is None or run.twin_outputs is None:
             return [CheckResult(case.name, "runs without error", False, run.error or "no output")]
         checks = compare_outputs(case.name, run.outputs, self.reference(case), self.tolerances)
-        intact = not run.inputs_modified
-        detail = "" if intact else f"modified input(s): {', '.join(run.inputs_modified)}"
-        checks.append(CheckResult(case.name, "inputs unchanged", intact, detail))
+        twin = probes.twin_case(case)
+        checks += compare_outputs(twin.name, run.twin_outputs, self.reference(twin),
+                                  self.tolerances)
+        checks += [CheckResult(case.name, check, not found, found)
+                   for check, found in run.findings.items()]
         return checks
 
     def _target_checks(self, case: Case, run: ShapeRun) -> list[CheckResult]:

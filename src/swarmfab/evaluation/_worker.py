@@ -14,6 +14,7 @@ import torch
 
 from swarmfab.backends import Artifact, get_backend
 from swarmfab.measure import TimingPolicy, time_interleaved
+from swarmfab.verify import probes
 from swarmfab.workloads import Case, Forward, Inputs, Outputs, Workload, get_workload
 
 __all__ = ["CaseRun", "Implementation", "ShapeRun", "benchmark_shapes", "run_cases"]
@@ -37,12 +38,18 @@ class Implementation:
 
 @dataclass(frozen=True, slots=True)
 class CaseRun:
-    """What a candidate returned on one case, or the error it raised."""
+    """What a candidate did on one case: its outputs (or error) and what the probes saw.
+
+    ``twin_outputs`` come from a second call whose fresh inputs (:func:`twin_case`) were
+    written into the first call's tensors; ``findings`` maps a probe's check name to
+    what it found (empty string: nothing wrong).
+    """
 
     case: str
     outputs: dict[str, torch.Tensor] | None = None
+    twin_outputs: dict[str, torch.Tensor] | None = None
     error: str | None = None
-    inputs_modified: tuple[str, ...] = ()
+    findings: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,39 +67,53 @@ def _call(workload: Workload, forward: Forward, inputs: Inputs) -> Outputs:
         return workload.call(forward, inputs)
 
 
-def _modified_inputs(before: Inputs, after: Inputs) -> tuple[str, ...]:
-    return tuple(
-        name for name, value in before.items()
-        if isinstance(value, torch.Tensor) and not torch.equal(value, after[name])  # type: ignore[arg-type]
-    )
-
-
-def _snapshot(inputs: Inputs) -> Inputs:
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+def _detached(outputs: Outputs) -> dict[str, torch.Tensor]:
+    return {name: value.detach().clone() for name, value in outputs.items()}
 
 
 def run_cases(
     workload_name: str, artifact: Artifact, cases: list[Case], threads: int
 ) -> list[CaseRun]:
-    """Run a candidate on every case; a case that raises is reported, the rest go on."""
+    """Run a candidate on every case under the probes; a case that raises is reported."""
     torch.set_num_threads(threads)
     workload = get_workload(workload_name)
     forward = get_backend(artifact.backend).load(artifact, workload, fill_outputs=True)
     runs = []
     for case in cases:
-        inputs = workload.make_inputs(case)
-        pristine = _snapshot(inputs)
         try:
-            outputs = _call(workload, forward, inputs)
+            runs.append(_probe_case(workload, forward, case))
         except Exception as exc:  # the candidate's failure is data, not a worker failure
             runs.append(CaseRun(case.name, error=f"raised {type(exc).__name__}: {exc}"))
-            continue
-        runs.append(CaseRun(
-            case.name,
-            outputs={name: value.detach().clone() for name, value in outputs.items()},
-            inputs_modified=_modified_inputs(pristine, inputs),
-        ))
     return runs
+
+
+def _probe_case(workload: Workload, forward: Forward, case: Case) -> CaseRun:
+    inputs = workload.make_inputs(case)
+    pristine = probes.snapshot(inputs)
+    outputs = _call(workload, forward, inputs)
+    findings = {
+        "inputs unchanged": _names(probes.modified_inputs(pristine, inputs), "modified"),
+        "outputs do not alias inputs": _names(probes.aliased_outputs(outputs, inputs),
+                                              "share memory with an input"),
+        "outputs settled at return": _names(probes.unsettled_outputs(outputs),
+                                            "changed after the call returned"),
+    }
+    children = probes.child_processes()
+    findings["no processes left running"] = (
+        f"{len(children)} child process(es) still running" if children else ""
+    )
+    first = _detached(outputs)
+    twin = workload.make_inputs(probes.twin_case(case))
+    probes.write_into(inputs, twin)  # same tensors, new values
+    twin_outputs = _detached(_call(workload, forward, inputs))
+    again = _detached(_call(workload, forward, probes.snapshot(twin)))  # new tensors
+    same = all(torch.equal(again[n], twin_outputs[n]) for n in twin_outputs)
+    findings["deterministic"] = "" if same else "the same inputs gave different outputs"
+    return CaseRun(case.name, outputs=first, twin_outputs=twin_outputs, findings=findings)
+
+
+def _names(names: tuple[str, ...], what: str) -> str:
+    return f"{', '.join(names)} {what}" if names else ""
 
 
 def benchmark_shapes(

@@ -1,0 +1,111 @@
+"""Anti-cheat probes: behaviours an honest kernel has and an exploit lacks.
+
+They run inside the sandboxed worker, around the candidate's calls, and need no
+reference; the parent turns their findings into named checks. Each probe closes one
+known exploit:
+
+- inputs unchanged: a kernel may not edit its inputs so the reference agrees;
+- outputs do not alias inputs: returning a view of an input is not computing;
+- outputs settled at return: no thread or process may finish the work later
+  (the outputs are re-read after a pause; lazy or asynchronous results change);
+- no processes left running: a candidate's children outlive nothing;
+- fresh inputs in the same buffers: new values written into the very tensors of the
+  previous call must give the new answer (catches caching by shape or by pointer);
+- deterministic: the same inputs in new tensors give bitwise the same outputs.
+NaN-filled output buffers (every element must be written) are set by the workload's C
+wrapper, and impossible speed is judged against the roofline by the evaluator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from swarmfab.workloads import Case, Inputs
+
+__all__ = [
+    "SETTLE_SECONDS",
+    "aliased_outputs",
+    "child_processes",
+    "modified_inputs",
+    "snapshot",
+    "twin_case",
+    "unsettled_outputs",
+    "write_into",
+]
+
+SETTLE_SECONDS = 0.02
+TWIN_SEED_OFFSET = 7919
+
+
+def twin_case(case: Case) -> Case:
+    """Same shape and distribution, other values: used to refill the same buffers."""
+    return dataclasses.replace(case, name=f"{case.name} (fresh inputs, same buffers)",
+                               seed=case.seed + TWIN_SEED_OFFSET)
+
+
+def snapshot(values: Inputs) -> dict[str, torch.Tensor | float | None]:
+    return {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+
+
+def modified_inputs(before: Inputs, after: Inputs) -> tuple[str, ...]:
+    """Names of input tensors whose contents differ from the snapshot ``before``."""
+    changed = []
+    for name, value in before.items():
+        now = after[name]
+        tensors = isinstance(value, torch.Tensor) and isinstance(now, torch.Tensor)
+        if tensors and (now.shape != value.shape or not torch.equal(value, now)):  # type: ignore[union-attr, arg-type]
+            changed.append(name)
+    return tuple(changed)
+
+
+def _byte_range(tensor: torch.Tensor) -> tuple[int, int]:
+    storage = tensor.untyped_storage()
+    start = storage.data_ptr()
+    return start, start + storage.nbytes()
+
+
+def aliased_outputs(outputs: Mapping[str, torch.Tensor], inputs: Inputs) -> tuple[str, ...]:
+    """Outputs whose memory overlaps any input tensor's memory."""
+    ranges = [_byte_range(v) for v in inputs.values() if isinstance(v, torch.Tensor)]
+    found = []
+    for name, out in outputs.items():
+        if not isinstance(out, torch.Tensor) or out.numel() == 0:
+            continue
+        low, high = _byte_range(out)
+        if any(low < end and start < high for start, end in ranges):
+            found.append(name)
+    return tuple(found)
+
+
+def unsettled_outputs(outputs: Mapping[str, torch.Tensor]) -> tuple[str, ...]:
+    """Outputs that still change after the call returned (re-read after a pause)."""
+    first = {n: t.detach().clone() for n, t in outputs.items() if isinstance(t, torch.Tensor)}
+    time.sleep(SETTLE_SECONDS)
+    return tuple(n for n, t in first.items() if not torch.equal(t, outputs[n]))
+
+
+def child_processes() -> list[int]:
+    """Live children of this process (any thread's), from /proc; [] where /proc is absent."""
+    children: list[int] = []
+    tasks = Path(f"/proc/{os.getpid()}/task")
+    try:
+        for task in tasks.iterdir():
+            text = (task / "children").read_text()
+            children.extend(int(pid) for pid in text.split())
+    except OSError:
+        return children
+    return children
+
+
+def write_into(target: Inputs, source: Inputs) -> None:
+    """Copy ``source``'s values into ``target``'s tensors in place (same pointers)."""
+    for name, value in target.items():
+        new = source[name]
+        if isinstance(value, torch.Tensor) and isinstance(new, torch.Tensor):
+            value.copy_(new)
