@@ -171,10 +171,12 @@ def bench(
     from swarmfab.evaluation import Implementation
     from swarmfab.goal import default_goal
     from swarmfab.report import bench_table
+    from swarmfab.swarm.hosts import host_peaks
 
     goal = default_goal(workload).with_overrides(threads=threads)
     shapes = [_parse_shape(s) for s in shape] if shape else None
     evaluator = _evaluator(goal, workdir, shapes)
+    evaluator.peaks = host_peaks(Store(db), goal.threads, evaluator.limits)
     contenders = []
     if candidate is not None:
         chosen = (Store(db).candidate(Store(db).run(run_id).champion_id or "")

@@ -24,6 +24,7 @@ from swarmfab.evaluation._worker import (
     run_cases,
 )
 from swarmfab.measure import CONFIRMATION, TimingPolicy, classify, median_ci, paired_ratio
+from swarmfab.measure.roofline import IMPOSSIBLE_FRACTION, HostPeaks
 from swarmfab.records import Candidate, CheckResult, Estimate, ShapeTiming, Status, Verdict
 from swarmfab.sandbox import JobOutcome, JobStatus, Limits, run_job
 from swarmfab.verify import compare_outputs, probes
@@ -43,6 +44,10 @@ class SideBySide:
     seconds: dict[str, Estimate]
     ratio_to_reference: dict[str, Estimate]
     samples: int
+    bound_s: float | None = None  # roofline bound of this shape, when the peaks are known
+
+    def roofline_fraction(self, name: str) -> float | None:
+        return None if self.bound_s is None else self.bound_s / self.seconds[name].median
 
 
 class Evaluator:
@@ -60,6 +65,7 @@ class Evaluator:
         policy: TimingPolicy | None = None,
         seed: int = 0,
         cases: list[Case] | None = None,
+        peaks: HostPeaks | None = None,
     ):
         self.workload = workload
         self.cache_dir = cache_dir
@@ -73,6 +79,7 @@ class Evaluator:
             for i, shape in enumerate(target_shapes)
         ]
         self._references: dict[str, Outputs] = {}
+        self.peaks = peaks  # enables roofline fractions and the impossible-speed check
 
     # -- references ----------------------------------------------------------------
     def reference(self, case: Case) -> Outputs:
@@ -132,6 +139,14 @@ class Evaluator:
             if failed is not None:
                 return _rejected(candidate, failed, tuple(checks), started)
             timings.append(self._timing(case.shape, run, incumbents[case.shape.label].name))
+        impossible = next((t for t in timings if t.roofline_fraction
+                           and t.roofline_fraction > IMPOSSIBLE_FRACTION), None)
+        if impossible is not None:
+            reason = (f"{impossible.shape}: measured {impossible.candidate_s.median * 1e3:.3f} ms "
+                      f"is {impossible.roofline_fraction:.1f}x faster than this host's roofline "
+                      "bound allows; the timing cannot be trusted (flagged as impossible)")
+            return Verdict(candidate.id, Status.REJECTED, reason, tuple(checks), tuple(timings),
+                           time.monotonic() - started)
         return Verdict(candidate.id, Status.ACCEPTED, _summary(timings), tuple(checks),
                        tuple(timings), time.monotonic() - started)
 
@@ -156,6 +171,7 @@ class Evaluator:
                     name: paired_ratio(s, run.seconds[reference]) for name, s in run.seconds.items()
                 },
                 samples=len(run.seconds[reference]),
+                bound_s=self._bound(self._target_shape(run.shape)),
             ))
         return tables
 
@@ -193,11 +209,22 @@ class Evaluator:
     def _timing(self, shape: Shape, run: ShapeRun, incumbent: str) -> ShapeTiming:
         mine, theirs = run.seconds["candidate"], run.seconds[incumbent]
         ratio = paired_ratio(mine, theirs)
+        candidate_s = median_ci(mine)
+        bound = self._bound(shape)
         return ShapeTiming(
-            shape=shape.label, incumbent=incumbent, candidate_s=median_ci(mine),
+            shape=shape.label, incumbent=incumbent, candidate_s=candidate_s,
             incumbent_s=median_ci(theirs), ratio=ratio,
             comparison=classify(ratio, REGRESSION_EPSILON), samples=len(mine),
+            roofline_fraction=None if bound is None else bound / candidate_s.median,
         )
+
+    def _bound(self, shape: Shape) -> float | None:
+        if self.peaks is None:
+            return None
+        return self.peaks.bound_seconds(self.workload.flops(shape), self.workload.min_bytes(shape))
+
+    def _target_shape(self, label: str) -> Shape:
+        return next(case.shape for case in self.targets if case.shape.label == label)
 
 
 def _summary(timings: list[ShapeTiming]) -> str:

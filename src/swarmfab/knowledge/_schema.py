@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "CandidateRow", "MetaRow", "RunRow", "VerdictRow"]
+__all__ = ["Base", "CandidateRow", "HostPeaksRow", "MetaRow", "RunRow", "VerdictRow"]
 
 SCHEMA_VERSION = 1
 
@@ -63,3 +63,13 @@ class VerdictRow(Base):
     became_champion: Mapped[bool] = mapped_column(default=False)
     body: Mapped[dict] = mapped_column(JSON)  # the full Verdict
     created_at: Mapped[datetime] = mapped_column(default=_now)
+
+
+class HostPeaksRow(Base):
+    """Measured peaks of one host fingerprint (CPU model, ISA, thread count)."""
+
+    __tablename__ = "host_peaks"
+    fingerprint: Mapped[str] = mapped_column(String(512), primary_key=True)
+    flops_per_s: Mapped[float] = mapped_column(Float)
+    bytes_per_s: Mapped[float] = mapped_column(Float)
+    measured_at: Mapped[datetime] = mapped_column(default=_now)

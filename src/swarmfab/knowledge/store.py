@@ -23,10 +23,12 @@ from swarmfab.knowledge._schema import (
     SCHEMA_VERSION,
     Base,
     CandidateRow,
+    HostPeaksRow,
     MetaRow,
     RunRow,
     VerdictRow,
 )
+from swarmfab.measure.roofline import HostPeaks
 from swarmfab.records import Candidate, Status, Verdict
 
 __all__ = ["DEFAULT_DB", "RunRecord", "Store", "database_url"]
@@ -183,3 +185,14 @@ class Store:
         with self.session() as s:
             return list(s.scalars(select(VerdictRow.candidate_id).where(
                 VerdictRow.run_id == run_id, VerdictRow.status == Status.ACCEPTED.value)))
+
+    # -- host peaks ----------------------------------------------------------------
+    def host_peaks(self, fingerprint: str) -> HostPeaks | None:
+        with self.session() as s:
+            row = s.get(HostPeaksRow, fingerprint)
+            return None if row is None else HostPeaks(fingerprint, row.flops_per_s, row.bytes_per_s)
+
+    def save_host_peaks(self, peaks: HostPeaks) -> None:
+        with self.session() as s:
+            s.merge(HostPeaksRow(fingerprint=peaks.fingerprint, flops_per_s=peaks.flops_per_s,
+                                 bytes_per_s=peaks.bytes_per_s))

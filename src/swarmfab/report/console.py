@@ -21,6 +21,10 @@ def _x(estimate: Estimate) -> str:
     return f"{estimate.median:.2f}x [{estimate.low:.2f}, {estimate.high:.2f}]"
 
 
+def _percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{fraction:.0%}"
+
+
 def verdict_table(verdict: Verdict) -> Table:
     """Every check of a verdict, failures first."""
     table = Table(title=f"verdict: {verdict.status.value} — {verdict.reason}", title_justify="left")
@@ -42,11 +46,13 @@ def bench_table(tables: list[SideBySide], title: str) -> Table:
     table.add_column("implementation")
     table.add_column("median time [95% CI]", justify="right")
     table.add_column(f"{first} speedup over it [95% CI]", justify="right")
+    table.add_column("roofline", justify="right")
     for side in tables:
         for index, (name, seconds) in enumerate(side.seconds.items()):
             relative = side.ratio_to_reference[name]  # name's time / first's time
             shown = "-" if index == 0 else _x(relative)
-            table.add_row(side.shape if index == 0 else "", name, _ms(seconds), shown)
+            table.add_row(side.shape if index == 0 else "", name, _ms(seconds), shown,
+                          _percent(side.roofline_fraction(name)))
     return table
 
 
@@ -59,12 +65,14 @@ def run_table(summary: dict[str, Any]) -> Table:
     table.add_column("baseline time", justify="right")
     table.add_column("champion time", justify="right")
     table.add_column("speedup [95% CI]", justify="right")
+    table.add_column("roofline", justify="right")
     for shape in summary["shapes"]:
         fastest = shape["fastest_baseline"]
         base = Estimate(*shape["seconds"][fastest])
         champion = Estimate(*shape["seconds"]["champion"])
         speedup = Estimate(*shape["speedup"])
-        table.add_row(shape["shape"], fastest, _ms(base), _ms(champion), _x(speedup))
+        table.add_row(shape["shape"], fastest, _ms(base), _ms(champion), _x(speedup),
+                      _percent(shape.get("roofline_fraction")))
     return table
 
 

@@ -25,6 +25,7 @@ from swarmfab.knowledge import Store
 from swarmfab.measure import CONFIRMATION, TimingPolicy
 from swarmfab.records import Candidate, Status, Verdict
 from swarmfab.swarm.gate import judge
+from swarmfab.swarm.hosts import host_peaks
 
 __all__ = ["Run", "RunResult"]
 
@@ -71,6 +72,11 @@ class Run:
         self.log(f"run {run_id}: {self.goal.workload}, {len(self.goal.shapes)} target shape(s), "
                  f"budget {self.goal.budget_s:.0f} s, {len(self.agents)} agent(s)")
         self.evaluator.prepare()
+        self.evaluator.peaks = host_peaks(self.store, self.goal.threads, self.evaluator.limits,
+                                          refresh=True)
+        peaks = self.evaluator.peaks
+        self.log(f"host peaks: {peaks.flops_per_s / 1e9:.0f} GFLOP/s float32 GEMM, "
+                 f"{peaks.bytes_per_s / 1e9:.1f} GB/s copy ({self.goal.threads} threads)")
         baselines = self._calibrate()
         status, evaluations = "finished", 0
         try:
@@ -192,6 +198,7 @@ def _summary(champion: Candidate | None, final: list[SideBySide], where: Path | 
             "fastest_baseline": fastest,
             "speedup": list(_as_tuple(table.ratio_to_reference[fastest])),
             "samples": table.samples,
+            "roofline_fraction": table.roofline_fraction("champion"),
         })
     return {"champion": champion.id if champion else None,
             "champion_dir": str(where) if where else None, "shapes": shapes}

@@ -1,0 +1,71 @@
+"""The roofline: what this host can physically do, and how close a kernel gets.
+
+Two peaks are measured once per host fingerprint (and stored by the caller): float32
+GEMM throughput through PyTorch, and memory bandwidth of a large copy (bytes read plus
+bytes written). For a call with F floating-point operations and B compulsory bytes the
+bound is ``max(F / peak_flops, B / bandwidth)`` seconds; a kernel's roofline fraction
+is bound / measured time. A time far below the bound is physically impossible: the
+evaluator treats it as a broken measurement or a cheat, never as a speedup.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["IMPOSSIBLE_FRACTION", "HostPeaks", "host_fingerprint", "measure_peaks"]
+
+IMPOSSIBLE_FRACTION = 2.0  # a kernel "faster" than twice the bound is rejected
+_GEMM_N = 2048
+_COPY_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class HostPeaks:
+    fingerprint: str
+    flops_per_s: float
+    bytes_per_s: float
+
+    def bound_seconds(self, flops: float, nbytes: float) -> float:
+        return max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
+
+
+def host_fingerprint(threads: int) -> str:
+    """CPU model, ISA and thread count: peaks are only reused on a matching host."""
+    from swarmfab.backends import host_isa
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next((line.split(":", 1)[1].strip() for line in cpuinfo
+                          if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{model} | {host_isa()} | {threads} threads"
+
+
+def _best_seconds(call: Callable[[], object], repeats: int) -> float:
+    """The fastest of ``repeats`` calls: a peak is what the machine can do at its best."""
+    call()  # warm-up
+    times = []
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - begin)
+    return min(times)
+
+
+def measure_peaks(threads: int) -> HostPeaks:
+    """Measure float32 GEMM FLOP/s and copy bandwidth with ``threads`` threads (~2 s)."""
+    torch.set_num_threads(threads)
+    a = torch.randn(_GEMM_N, _GEMM_N)
+    b = torch.randn(_GEMM_N, _GEMM_N)
+    gemm = _best_seconds(lambda: torch.mm(a, b), repeats=7)
+    source = torch.ones(_COPY_BYTES // 4)
+    target = torch.empty_like(source)
+    copy = _best_seconds(lambda: target.copy_(source), repeats=7)
+    return HostPeaks(host_fingerprint(threads), 2 * _GEMM_N**3 / gemm, 2 * _COPY_BYTES / copy)

@@ -1,0 +1,37 @@
+"""Host peaks for the roofline, kept in the store per host fingerprint.
+
+A peak measured while the machine is busy comes out low, so the store keeps the best
+figure ever measured for a fingerprint: each run re-measures (about two seconds) and
+raises the stored peaks when it sees better; commands that only read use the stored
+figures when there are some.
+"""
+
+from __future__ import annotations
+
+from swarmfab.errors import MeasurementError
+from swarmfab.knowledge import Store
+from swarmfab.measure.roofline import HostPeaks, host_fingerprint, measure_peaks
+from swarmfab.sandbox import JobStatus, Limits, run_job
+
+__all__ = ["host_peaks"]
+
+
+def host_peaks(
+    store: Store, threads: int, limits: Limits | None = None, *, refresh: bool = False
+) -> HostPeaks:
+    """This host's peaks with ``threads`` threads: stored, or measured in a clean process."""
+    stored = store.host_peaks(host_fingerprint(threads))
+    if stored is not None and not refresh:
+        return stored
+    outcome = run_job(measure_peaks, threads, limits=limits)
+    if outcome.status is not JobStatus.OK:
+        raise MeasurementError(f"measuring this host's peaks failed: {outcome.detail}")
+    measured: HostPeaks = outcome.value
+    if stored is not None:
+        measured = HostPeaks(
+            measured.fingerprint,
+            max(measured.flops_per_s, stored.flops_per_s),
+            max(measured.bytes_per_s, stored.bytes_per_s),
+        )
+    store.save_host_peaks(measured)
+    return measured
