@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -55,18 +56,22 @@ def _goal(target: str, budget: str | None, threads: int | None, seed: int | None
                                max_evaluations=max_evaluations)
 
 
-def _evaluator(goal: Any, workdir: Path, shapes: list[Any] | None = None) -> Any:
+def _evaluator(
+    goal: Any, workdir: Path, store: Store, shapes: list[Any] | None = None
+) -> Any:
+    """An evaluator for ``goal`` whose corpus is the built-in cases plus the stored ones."""
     from swarmfab.evaluation import Evaluator
     from swarmfab.sandbox import Limits
     from swarmfab.workloads import Tolerances, get_workload
 
     workload = get_workload(goal.workload)
+    corpus = [*workload.validation_cases(), *store.cases(goal.workload)]
     defaults = workload.tolerances(__import__("torch").float32)
     tolerances = Tolerances(goal.tolerance.rms_ratio or defaults.rms_ratio,
                             goal.tolerance.max_abs or defaults.max_abs_ratio)
     return Evaluator(workload, shapes or goal.target_shapes(), workdir / "cache",
                      threads=goal.threads, tolerances=tolerances,
-                     limits=Limits(wall_s=goal.eval_timeout_s), seed=goal.seed)
+                     limits=Limits(wall_s=goal.eval_timeout_s), seed=goal.seed, cases=corpus)
 
 
 @app.command()
@@ -88,7 +93,8 @@ def run(
 
     goal = _goal(target, budget, threads, seed, max_evaluations)
     space = design_space(goal.workload)
-    result = Run(goal, Store(db), _evaluator(goal, workdir), space, domain_agents(space.knobs),
+    store = Store(db)
+    result = Run(goal, store, _evaluator(goal, workdir, store), space, domain_agents(space.knobs),
                  workdir, log=lambda line: console.print(line, highlight=False),
                  fallback=RestartAgent()).execute()
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts.items()))
@@ -112,15 +118,33 @@ def verify(
     file: Annotated[Path, typer.Argument(help="Candidate: a .c or .py file.")],
     as_json: JsonOption = False,
     threads: Annotated[int | None, typer.Option(help="Threads for the candidate.")] = None,
+    fuzz: Annotated[int, typer.Option(help="Random cases added to the corpus cases.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of the fuzzing draws.")] = 0,
+    db: DbOption = str(DEFAULT_DB),
     workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
 ) -> None:
-    """Verify a candidate file against the float64 reference. Exit 0 if accepted."""
+    """Verify a candidate file: corpus, fuzzing, anti-cheat probes. Exit 0 if accepted.
+
+    A fuzzing case that breaks the candidate is added to the stored corpus.
+    """
+    import random
+
     from swarmfab.goal import default_goal
     from swarmfab.records import Status
     from swarmfab.report import verdict_table
+    from swarmfab.verify import draw_cases
 
     goal = default_goal(workload).with_overrides(threads=threads)
-    verdict = _evaluator(goal, workdir).verify(_candidate_from_file(workload, file))
+    store = Store(db)
+    evaluator = _evaluator(goal, workdir, store)
+    drawn = draw_cases(random.Random(seed), fuzz)
+    verdict = evaluator.verify(_candidate_from_file(workload, file), [*evaluator.cases, *drawn])
+    failed = verdict.failed_check
+    found = evaluator.case_of(failed, drawn) if failed else None
+    if found is not None and store.add_case(
+        workload, dataclasses.replace(found, origin=f"fuzz: broke {file.name}")
+    ):
+        errors.print(f"counterexample {found.name} ({found.shape.label}) added to the corpus")
     if as_json:
         print(json.dumps(verdict.to_dict(), indent=2))
     else:
@@ -175,11 +199,12 @@ def bench(
 
     goal = default_goal(workload).with_overrides(threads=threads)
     shapes = [_parse_shape(s) for s in shape] if shape else None
-    evaluator = _evaluator(goal, workdir, shapes)
-    evaluator.peaks = host_peaks(Store(db), goal.threads, evaluator.limits)
+    store = Store(db)
+    evaluator = _evaluator(goal, workdir, store, shapes)
+    evaluator.peaks = host_peaks(store, goal.threads, evaluator.limits)
     contenders = []
     if candidate is not None:
-        chosen = (Store(db).candidate(Store(db).run(run_id).champion_id or "")
+        chosen = (store.candidate(store.run(run_id).champion_id or "")
                   if candidate == "champion" else _candidate_from_file(workload, Path(candidate)))
         verdict = evaluator.verify(chosen)
         if verdict.status.value != "accepted":
@@ -261,6 +286,11 @@ def runs(db: DbOption = str(DEFAULT_DB)) -> None:
     for record in Store(db).runs():
         console.print(f"{record.id}  {record.workload:<8} {record.status:<12} "
                       f"champion={record.champion_id}", highlight=False)
+
+
+from swarmfab.corpus_cli import corpus_app  # noqa: E402  (sub-commands register on import)
+
+app.add_typer(corpus_app, name="corpus")
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +74,7 @@ class Evaluator:
         self.tolerances = tolerances
         self.limits = limits
         self.policy = policy or TimingPolicy()
-        self.cases = cases if cases is not None else workload.validation_cases()
+        self.cases = list(cases) if cases is not None else workload.validation_cases()
         self.targets = [
             Case(f"target {shape.label}", shape, seed=seed + 1000 + i)
             for i, shape in enumerate(target_shapes)
@@ -102,17 +103,21 @@ class Evaluator:
     def build(self, candidate: Candidate) -> Artifact:
         return get_backend(candidate.backend).build(candidate, self.cache_dir)
 
-    def verify(self, candidate: Candidate) -> Verdict:
-        """Build and check on the validation cases only (no timing)."""
+    def verify(self, candidate: Candidate, cases: Sequence[Case] | None = None) -> Verdict:
+        """Build and check on ``cases`` (default: the corpus), without timing."""
         started = time.monotonic()
         try:
             artifact = self.build(candidate)
         except BuildError as exc:
             return _build_failed(candidate, exc, started)
-        return self._verify_cases(candidate, artifact, started)
+        return self._verify_cases(candidate, artifact, started, self.cases if cases is None
+                                  else list(cases))
 
-    def evaluate(self, candidate: Candidate, incumbents: dict[str, Implementation]) -> Verdict:
-        """Build, verify, then time against the incumbent of each target shape.
+    def evaluate(
+        self, candidate: Candidate, incumbents: dict[str, Implementation],
+        extra_cases: Sequence[Case] = (),
+    ) -> Verdict:
+        """Build, verify (corpus plus ``extra_cases``), then time against the incumbents.
 
         ``incumbents`` maps a target shape's label to what the candidate must beat there.
         """
@@ -121,7 +126,7 @@ class Evaluator:
             artifact = self.build(candidate)
         except BuildError as exc:
             return _build_failed(candidate, exc, started)
-        verdict = self._verify_cases(candidate, artifact, started)
+        verdict = self._verify_cases(candidate, artifact, started, [*self.cases, *extra_cases])
         if verdict.status is not Status.ACCEPTED:
             return verdict
         mine = Implementation("candidate", artifact=artifact)
@@ -176,18 +181,30 @@ class Evaluator:
         return tables
 
     # -- helpers -------------------------------------------------------------------
-    def _verify_cases(self, candidate: Candidate, artifact: Artifact, started: float) -> Verdict:
-        outcome = run_job(run_cases, self.workload.name, artifact, self.cases, self.threads,
+    def add_case(self, case: Case) -> None:
+        """Grow the corpus: every later verification includes ``case``."""
+        if all(existing.name != case.name for existing in self.cases):
+            self.cases.append(case)
+
+    def case_of(self, check: CheckResult, cases: Sequence[Case]) -> Case | None:
+        """The case (among ``cases``) a check was made on, its fresh-inputs twin included."""
+        return next((case for case in cases
+                     if check.case in (case.name, probes.twin_case(case).name)), None)
+
+    def _verify_cases(
+        self, candidate: Candidate, artifact: Artifact, started: float, cases: list[Case]
+    ) -> Verdict:
+        outcome = run_job(run_cases, self.workload.name, artifact, cases, self.threads,
                           limits=self.limits)
         if outcome.status is not JobStatus.OK:
             return _job_failed(candidate, outcome, "verification", started)
         checks: list[CheckResult] = []
-        for case, run in zip(self.cases, outcome.value, strict=True):
+        for case, run in zip(cases, outcome.value, strict=True):
             checks.extend(self._case_checks(case, run))
         failed = next((c for c in checks if not c.passed), None)
         if failed is not None:
             return _rejected(candidate, failed, tuple(checks), started)
-        return Verdict(candidate.id, Status.ACCEPTED, f"correct on {len(self.cases)} cases",
+        return Verdict(candidate.id, Status.ACCEPTED, f"correct on {len(cases)} cases",
                        tuple(checks), (), time.monotonic() - started)
 
     def _case_checks(self, case: Case, run: CaseRun) -> list[CheckResult]:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "CandidateRow", "HostPeaksRow", "MetaRow", "RunRow", "VerdictRow"]
+__all__ = ["Base", "CandidateRow", "CaseRow", "HostPeaksRow", "MetaRow", "RunRow", "VerdictRow"]
 
 SCHEMA_VERSION = 1
 
@@ -61,6 +61,7 @@ class VerdictRow(Base):
     reason: Mapped[str] = mapped_column(Text)
     speedup: Mapped[float | None] = mapped_column(Float, default=None)
     became_champion: Mapped[bool] = mapped_column(default=False)
+    demoted: Mapped[str | None] = mapped_column(Text, default=None)  # why it lost the crown
     body: Mapped[dict] = mapped_column(JSON)  # the full Verdict
     created_at: Mapped[datetime] = mapped_column(default=_now)
 
@@ -73,3 +74,17 @@ class HostPeaksRow(Base):
     flops_per_s: Mapped[float] = mapped_column(Float)
     bytes_per_s: Mapped[float] = mapped_column(Float)
     measured_at: Mapped[datetime] = mapped_column(default=_now)
+
+
+class CaseRow(Base):
+    """A validation case added to a workload's corpus (by a user or found by fuzzing)."""
+
+    __tablename__ = "cases"
+    __table_args__ = (Index("ix_cases_workload_name", "workload", "name", unique=True),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workload: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(256))
+    origin: Mapped[str] = mapped_column(Text)
+    body: Mapped[dict] = mapped_column(JSON)  # Case.to_dict()
+    run_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=_now)

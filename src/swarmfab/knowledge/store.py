@@ -23,6 +23,7 @@ from swarmfab.knowledge._schema import (
     SCHEMA_VERSION,
     Base,
     CandidateRow,
+    CaseRow,
     HostPeaksRow,
     MetaRow,
     RunRow,
@@ -30,6 +31,7 @@ from swarmfab.knowledge._schema import (
 )
 from swarmfab.measure.roofline import HostPeaks
 from swarmfab.records import Candidate, Status, Verdict
+from swarmfab.workloads import Case
 
 __all__ = ["DEFAULT_DB", "RunRecord", "Store", "database_url"]
 
@@ -120,6 +122,18 @@ class Store:
             run.champion_id = candidate_id
             verdict.became_champion = True
 
+    def demote(self, run_id: str, candidate_id: str, reason: str) -> None:
+        """A champion failed a newer check: record why, and leave the run without one."""
+        with self.session() as s:
+            run = s.get(RunRow, run_id)
+            verdict = s.scalar(select(VerdictRow).where(
+                VerdictRow.run_id == run_id, VerdictRow.candidate_id == candidate_id))
+            if run is None or verdict is None:
+                raise StoreError(f"cannot demote {candidate_id}: no verdict in run {run_id}")
+            verdict.demoted = reason
+            if run.champion_id == candidate_id:
+                run.champion_id = None
+
     def run(self, run_id: str | None = None) -> RunRow:
         """A run by id, or the latest run when ``run_id`` is None."""
         with self.session() as s:
@@ -196,3 +210,25 @@ class Store:
         with self.session() as s:
             s.merge(HostPeaksRow(fingerprint=peaks.fingerprint, flops_per_s=peaks.flops_per_s,
                                  bytes_per_s=peaks.bytes_per_s))
+
+    # -- the validation corpus -----------------------------------------------------
+    def add_case(self, workload: str, case: Case, run_id: str | None = None) -> bool:
+        """Add a case to a workload's corpus; False if one of that name is already there."""
+        with self.session() as s:
+            exists = s.scalar(select(CaseRow.id).where(
+                CaseRow.workload == workload, CaseRow.name == case.name))
+            if exists is not None:
+                return False
+            s.add(CaseRow(workload=workload, name=case.name, origin=case.origin,
+                          body=case.to_dict(), run_id=run_id))
+            return True
+
+    def cases(self, workload: str) -> list[Case]:
+        """Stored cases of a workload, oldest first."""
+        with self.session() as s:
+            rows = list(s.scalars(
+                select(CaseRow).where(CaseRow.workload == workload).order_by(CaseRow.id)))
+        try:
+            return [Case.from_dict(row.body) for row in rows]
+        except (KeyError, TypeError) as exc:
+            raise StoreError(f"a stored case of {workload} is malformed: {exc}") from exc

@@ -26,10 +26,13 @@ from swarmfab.measure import CONFIRMATION, TimingPolicy
 from swarmfab.records import Candidate, Status, Verdict
 from swarmfab.swarm.gate import judge
 from swarmfab.swarm.hosts import host_peaks
+from swarmfab.verify import draw_cases
+from swarmfab.workloads import Case
 
 __all__ = ["Run", "RunResult"]
 
 FINAL_SHARE = 0.2  # of the budget kept for the closing side-by-side measurement
+FUZZ_PER_EVALUATION = 3  # fresh random cases added to the corpus cases of every evaluation
 
 
 @dataclass(slots=True)
@@ -58,6 +61,7 @@ class Run:
         self.rng = random.Random(goal.seed)
         self.champion: Candidate | None = None
         self.incumbents: dict[str, Implementation] = {}
+        self.baseline_incumbents: dict[str, Implementation] = {}
         self.recent: list[Verdict] = []
         self._started = time.monotonic()
 
@@ -110,6 +114,7 @@ class Run:
             self.incumbents[table.shape] = Implementation(fastest, baseline=fastest)
             times = ", ".join(f"{n} {table.seconds[n].median * 1e3:.1f} ms" for n in names)
             self.log(f"baselines on {table.shape}: {times}")
+        self.baseline_incumbents = dict(self.incumbents)
         return names
 
     def _search(self, run_id: str, deadline: float) -> int:
@@ -139,9 +144,14 @@ class Run:
                        tuple(self.recent[-20:]), (), self.rng)
 
     def _evaluate(self, run_id: str, candidate: Candidate, number: int) -> None:
-        verdict = self.evaluator.evaluate(candidate, self.incumbents)
+        fuzz = draw_cases(self.rng, FUZZ_PER_EVALUATION)
+        verdict = self.evaluator.evaluate(candidate, self.incumbents, fuzz)
         self.store.record(run_id, candidate, verdict)
         self.recent.append(verdict)
+        failed = verdict.failed_check
+        counterexample = self.evaluator.case_of(failed, fuzz) if failed else None
+        if counterexample is not None:
+            self._grow_corpus(run_id, counterexample, candidate)
         decision = judge(verdict)
         line = f"[{number:3d}] {candidate.agent:<20} {candidate.id[:10]} {verdict.status.value:<12}"
         if verdict.status is Status.ACCEPTED:
@@ -153,6 +163,22 @@ class Run:
             self._crown(run_id, candidate)
             line += "  -> new champion"
         self.log(line + f"  ({candidate.rationale})")
+
+    def _grow_corpus(self, run_id: str, found: Case, candidate: Candidate) -> None:
+        """Keep a fuzzing counterexample forever, and re-check the champion against it."""
+        case = replace(found, origin=f"fuzz: broke candidate {candidate.id}")
+        self.store.add_case(self.goal.workload, case, run_id)
+        self.evaluator.add_case(case)
+        self.log(f"corpus grew: {case.name} ({case.shape.label}) broke {candidate.id[:10]}")
+        if self.champion is None:
+            return
+        recheck = self.evaluator.verify(self.champion, [case])
+        if recheck.status is not Status.ACCEPTED:
+            reason = f"fails new corpus case {case.name}: {recheck.reason}"
+            self.store.demote(run_id, self.champion.id, reason)
+            self.log(f"champion {self.champion.id[:10]} demoted: {reason}")
+            self.champion = None
+            self.incumbents = dict(self.baseline_incumbents)
 
     def _crown(self, run_id: str, candidate: Candidate) -> None:
         self.champion = candidate

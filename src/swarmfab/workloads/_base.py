@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -89,6 +89,18 @@ class Case:
     distribution: Distribution = field(default_factory=Distribution)
     seed: int = 0
     origin: str = "builtin"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Case:
+        """Inverse of :meth:`to_dict`; raises TypeError/KeyError on a malformed record."""
+        return Case(
+            name=data["name"], shape=Shape(**data["shape"]),
+            distribution=Distribution(**data["distribution"]), seed=int(data["seed"]),
+            origin=data.get("origin", "stored"),
+        )
 
 
 @dataclass(frozen=True, slots=True)
