@@ -7,6 +7,7 @@ any candidate runs, and the comparison happens here too.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -131,8 +132,9 @@ class Evaluator:
             return verdict
         mine = Implementation("candidate", artifact=artifact)
         plan = [(case, [incumbents[case.shape.label], mine]) for case in self.targets]
+        plan, stage = _staged(plan)
         outcome = run_job(benchmark_shapes, self.workload.name, plan, self.threads, self.policy,
-                          "candidate", limits=self.limits)
+                          "candidate", limits=self.limits, stage=stage)
         if outcome.status is not JobStatus.OK:
             return _job_failed(candidate, outcome, "benchmark", started, verdict.checks)
         checks = list(verdict.checks)
@@ -159,9 +161,9 @@ class Evaluator:
         self, implementations: list[Implementation], policy: TimingPolicy = CONFIRMATION
     ) -> list[SideBySide]:
         """Time several implementations together on every target shape (first = reference)."""
-        plan = [(case, implementations) for case in self.targets]
+        plan, stage = _staged([(case, implementations) for case in self.targets])
         outcome = run_job(benchmark_shapes, self.workload.name, plan, self.threads, policy,
-                          None, limits=self.limits)
+                          None, limits=self.limits, stage=stage)
         if outcome.status is not JobStatus.OK:
             raise MeasurementError(f"side-by-side benchmark failed: {outcome.detail}")
         reference = implementations[0].name
@@ -194,8 +196,9 @@ class Evaluator:
     def _verify_cases(
         self, candidate: Candidate, artifact: Artifact, started: float, cases: list[Case]
     ) -> Verdict:
-        outcome = run_job(run_cases, self.workload.name, artifact, cases, self.threads,
-                          limits=self.limits)
+        staged = Artifact(artifact.backend, Path("artifacts/candidate") / artifact.path.name)
+        outcome = run_job(run_cases, self.workload.name, staged, cases, self.threads,
+                          limits=self.limits, stage={str(staged.path): artifact.path})
         if outcome.status is not JobStatus.OK:
             return _job_failed(candidate, outcome, "verification", started)
         checks: list[CheckResult] = []
@@ -272,3 +275,23 @@ def _job_failed(
     )
     reason = f"{stage}: {outcome.detail}"
     return Verdict(candidate.id, status, reason, checks, (), time.monotonic() - started)
+
+
+def _staged(
+    plan: list[tuple[Case, list[Implementation]]],
+) -> tuple[list[tuple[Case, list[Implementation]]], dict[str, Path]]:
+    """The plan with every artifact moved into the job's directory, and what to copy there."""
+    stage: dict[str, Path] = {}
+    renamed: dict[Path, Artifact] = {}
+
+    def local(impl: Implementation) -> Implementation:
+        if impl.artifact is None:
+            return impl
+        source = impl.artifact.path
+        if source not in renamed:
+            relative = Path("artifacts") / str(len(renamed)) / source.name
+            stage[str(relative)] = source
+            renamed[source] = Artifact(impl.artifact.backend, relative)
+        return dataclasses.replace(impl, artifact=renamed[source])
+
+    return [(case, [local(impl) for impl in impls]) for case, impls in plan], stage

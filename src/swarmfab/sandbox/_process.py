@@ -4,11 +4,16 @@ Children are forked from a multiprocessing *forkserver* that has already importe
 and numpy, so a fresh process per job costs milliseconds rather than seconds, and no
 candidate ever shares a process with another candidate or with the parent.
 
-In the child, before the job runs: its own session (so the whole process group can be
-killed), no core dumps, a CPU-time limit, a file-size limit, an address-space cap, a
-private temporary working directory, and an environment scrubbed of credentials. A job
-that hangs is killed at its wall-clock limit; a job that dies by a signal is reported
-with the signal's name. Either way the parent goes on.
+In the child, before the job runs: its own session (the whole process group is killed
+afterwards), no core dumps, CPU-time, file-size and address-space limits, stdout and
+stderr captured to a capped file, a private working directory holding only the files
+staged for the job, an environment scrubbed of credentials, a seccomp filter that
+forbids new processes and non-Unix sockets (where libseccomp is present), and as root a
+private network namespace, a read-only view of every file system but the working
+directory and, when the installed code is world-readable, the
+unprivileged user ``nobody`` with a cap on processes.
+A job that hangs is killed at its wall-clock limit; one that dies by a signal is
+reported with the signal's name and the tail of its output. The parent goes on.
 """
 
 from __future__ import annotations
@@ -20,18 +25,29 @@ import os
 import pickle
 import re
 import resource
+import shutil
 import signal
 import tempfile
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
+
+from swarmfab.sandbox._isolation import (
+    confine_filesystem,
+    drop_privileges,
+    forbid_processes_and_sockets,
+    isolate_network,
+)
 
 __all__ = ["JobOutcome", "JobStatus", "Limits", "run_job", "scrubbed_environment"]
 
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE_URL|DSN|AUTH", re.I)
 _PRELOAD = ["numpy", "torch", "swarmfab.evaluation._worker"]
+OUTPUT_FILE = "output.log"
+_TAIL_BYTES = 2000
 
 
 class JobStatus(StrEnum):
@@ -48,7 +64,9 @@ class Limits:
     wall_s: float = 120.0
     cpu_s: float | None = None
     memory_bytes: int | None = 16 * 2**30
-    file_bytes: int = 256 * 2**20
+    file_bytes: int = 64 * 2**20  # any file the job writes, its captured output included
+    max_processes: int = 256  # threads count too; binds once privileges are dropped
+    isolate: bool = True  # no network, unprivileged user (where the OS allows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +74,10 @@ class JobOutcome:
     status: JobStatus
     value: Any = None
     detail: str = ""
+    output_tail: str = ""
 
 
-def scrubbed_environment(environ: dict[str, str]) -> dict[str, str]:
+def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment without anything that looks like a credential."""
     return {key: value for key, value in environ.items() if not _SECRET.search(key)}
 
@@ -69,7 +88,8 @@ def _context() -> multiprocessing.context.ForkServerContext:
     return context
 
 
-def _apply_limits(limits: Limits) -> None:
+def _confine(limits: Limits, workdir: Path, environ: Mapping[str, str]) -> None:
+    """Everything the child does to itself before the job's code runs."""
     os.setsid()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
@@ -78,11 +98,19 @@ def _apply_limits(limits: Limits) -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
     if limits.memory_bytes is not None:
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+    output = os.open(workdir / OUTPUT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    os.close(output)
+    os.chdir(workdir)
     os.environ.clear()
-    os.environ.update(scrubbed_environment(_PARENT_ENV))
-
-
-_PARENT_ENV: dict[str, str] = dict(os.environ)
+    os.environ.update(scrubbed_environment(environ))
+    os.environ.update(HOME=str(workdir), TMPDIR=str(workdir))
+    if limits.isolate:
+        isolate_network()
+        confine_filesystem(workdir)
+        drop_privileges(workdir, limits.max_processes)
+        forbid_processes_and_sockets()
 
 
 def _child(
@@ -90,34 +118,53 @@ def _child(
     job: Callable[..., Any],
     args: tuple[Any, ...],
     limits: Limits,
+    workdir: Path,
     environ: dict[str, str],
 ) -> None:
-    global _PARENT_ENV
-    _PARENT_ENV = environ
-    _apply_limits(limits)
-    with tempfile.TemporaryDirectory(prefix="swarmfab-job-") as workdir:
-        os.chdir(workdir)
-        try:
-            message = pickle.dumps((JobStatus.OK, job(*args)))
-        except BaseException as exc:  # the job's failure becomes a reported outcome
-            detail = "".join(traceback.format_exception_only(exc)).strip()
-            message = pickle.dumps((JobStatus.ERROR, detail))
-        # plain pickle, not multiprocessing's: torch's reducers would share tensors through
-        # file descriptors that vanish when this process exits
-        conn.send_bytes(message)
-        conn.close()
+    _confine(limits, workdir, environ)
+    try:
+        message = pickle.dumps((JobStatus.OK, job(*args)))
+    except BaseException as exc:  # the job's failure becomes a reported outcome
+        detail = "".join(traceback.format_exception_only(exc)).strip()
+        message = pickle.dumps((JobStatus.ERROR, detail))
+    # plain pickle, not multiprocessing's: torch's reducers would share tensors through
+    # file descriptors that vanish when this process exits
+    conn.send_bytes(message)
+    conn.close()
+    os._exit(0)  # no interpreter teardown: nothing the candidate registered runs
 
 
-def run_job(job: Callable[..., Any], *args: Any, limits: Limits | None = None) -> JobOutcome:
+def run_job(
+    job: Callable[..., Any],
+    *args: Any,
+    limits: Limits | None = None,
+    stage: Mapping[str, Path] | None = None,
+) -> JobOutcome:
     """Run ``job(*args)`` in a fresh sandboxed process and return how it ended.
 
     ``job`` must be a module-level function; arguments and result cross a pipe (pickled).
+    ``stage`` copies files into the job's working directory (relative name -> source),
+    so the job can read them whatever the permissions of their original location.
     """
     limits = limits or Limits()
+    workdir = Path(tempfile.mkdtemp(prefix="swarmfab-job-"))
+    try:
+        for relative, source in (stage or {}).items():
+            target = workdir / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+        return _supervise(job, args, limits, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _supervise(
+    job: Callable[..., Any], args: tuple[Any, ...], limits: Limits, workdir: Path
+) -> JobOutcome:
     context = _context()
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(
-        target=_child, args=(sender, job, args, limits, dict(os.environ)), daemon=True
+        target=_child, args=(sender, job, args, limits, workdir, dict(os.environ)), daemon=True
     )
     process.start()
     sender.close()
@@ -127,30 +174,42 @@ def run_job(job: Callable[..., Any], *args: Any, limits: Limits | None = None) -
                 status, value = pickle.loads(receiver.recv_bytes())
             except (EOFError, OSError, pickle.UnpicklingError):
                 process.join(5)
-                return _died(process)
+                return _died(process, workdir)
             process.join(10)
             if status is JobStatus.OK:
                 return JobOutcome(JobStatus.OK, value)
-            return JobOutcome(JobStatus.ERROR, detail=str(value))
-        if not process.is_alive() or _exited_quietly(process):
-            return _died(process)
-        return JobOutcome(JobStatus.TIMED_OUT, detail=f"no answer within {limits.wall_s:.0f} s")
+            return JobOutcome(JobStatus.ERROR, detail=str(value), output_tail=_tail(workdir))
+        if _exited(process):
+            return _died(process, workdir)
+        return JobOutcome(JobStatus.TIMED_OUT, detail=f"no answer within {limits.wall_s:.0f} s",
+                          output_tail=_tail(workdir))
     finally:
         _kill_group(process)
         receiver.close()
 
 
-def _exited_quietly(process: multiprocessing.process.BaseProcess) -> bool:
+def _tail(workdir: Path) -> str:
+    try:
+        with open(workdir / OUTPUT_FILE, "rb") as output:
+            output.seek(0, os.SEEK_END)
+            output.seek(max(0, output.tell() - _TAIL_BYTES))
+            return output.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _exited(process: multiprocessing.process.BaseProcess) -> bool:
     process.join(0.05)
     return process.exitcode is not None
 
 
-def _died(process: multiprocessing.process.BaseProcess) -> JobOutcome:
+def _died(process: multiprocessing.process.BaseProcess, workdir: Path) -> JobOutcome:
     code = process.exitcode
     if code is not None and code < 0:
-        name = signal.Signals(-code).name
-        return JobOutcome(JobStatus.CRASHED, detail=f"killed by {name}")
-    return JobOutcome(JobStatus.CRASHED, detail=f"exited with status {code} without answering")
+        detail = f"killed by {signal.Signals(-code).name}"
+    else:
+        detail = f"exited with status {code} without answering"
+    return JobOutcome(JobStatus.CRASHED, detail=detail, output_tail=_tail(workdir))
 
 
 def _kill_group(process: multiprocessing.process.BaseProcess) -> None:

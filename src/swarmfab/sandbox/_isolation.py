@@ -1,0 +1,180 @@
+"""Process isolation steps applied in a job's child before any candidate code runs.
+
+Each step is best effort where the OS may refuse it (not root, no namespaces), and says
+whether it took effect, so the outcome can report how strong the sandbox really was.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import pwd
+import stat
+from pathlib import Path
+
+__all__ = [
+    "UNPRIVILEGED",
+    "can_drop_privileges",
+    "confine_filesystem",
+    "drop_privileges",
+    "forbid_processes_and_sockets",
+    "isolate_network",
+]
+
+_CLONE_NEWNET = 0x40000000
+_CLONE_THREAD = 0x00010000
+_AF_UNIX = 1
+_EPERM, _ENOSYS = 1, 38
+_SCMP_ACT_ALLOW = 0x7FFF0000
+_SCMP_CMP_NE, _SCMP_CMP_MASKED_EQ = 1, 7
+
+
+def _scmp_errno(code: int) -> int:
+    return 0x00050000 | (code & 0xFFFF)
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int),
+                ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+
+
+def forbid_processes_and_sockets() -> bool:
+    """A seccomp filter: no new processes (threads allowed), no sockets but Unix ones.
+
+    fork, vfork and clone without CLONE_THREAD fail with EPERM; clone3 answers ENOSYS so
+    the C library falls back to clone for threads. A fork storm then cannot start, and a
+    candidate cannot leave processes behind or reach the network even where namespaces
+    are unavailable. Needs libseccomp; returns False when it cannot be applied.
+    """
+    try:
+        lib = ctypes.CDLL("libseccomp.so.2")
+    except OSError:
+        return False
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
+                                           ctypes.c_uint, ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    context = lib.seccomp_init(_SCMP_ACT_ALLOW)
+    if not context:
+        return False
+    rules = [
+        ("fork", _scmp_errno(_EPERM), []),
+        ("vfork", _scmp_errno(_EPERM), []),
+        ("clone", _scmp_errno(_EPERM), [_ArgCmp(0, _SCMP_CMP_MASKED_EQ, _CLONE_THREAD, 0)]),
+        ("clone3", _scmp_errno(_ENOSYS), []),
+        ("socket", _scmp_errno(_EPERM), [_ArgCmp(0, _SCMP_CMP_NE, _AF_UNIX, 0)]),
+    ]
+    try:
+        for name, action, comparisons in rules:
+            number = lib.seccomp_syscall_resolve_name(name.encode())
+            if number < 0:
+                continue
+            array = (_ArgCmp * max(1, len(comparisons)))(*comparisons)
+            if lib.seccomp_rule_add_array(context, action, number, len(comparisons), array):
+                return False
+        return bool(lib.seccomp_load(context) == 0)
+    finally:
+        lib.seccomp_release(context)
+UNPRIVILEGED = "nobody"
+
+
+def isolate_network() -> bool:
+    """Move this process into a new network namespace with no interfaces (needs root)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.unshare(_CLONE_NEWNET) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+_CLONE_NEWNS = 0x00020000
+_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 1 << 18
+_AT_FDCWD, _AT_RECURSIVE = -100, 0x8000
+_MOUNT_ATTR_RDONLY = 1
+_SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def confine_filesystem(workdir: Path) -> bool:
+    """Make every mount read-only except ``workdir``, in a private mount namespace.
+
+    Needs root (or a user namespace) and Linux >= 5.12 for mount_setattr; the host's
+    mounts are untouched. Returns False, changing nothing visible, where refused.
+    """
+    number = _SYS_MOUNT_SETATTR.get(os.uname().machine)
+    if number is None:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    target = str(workdir).encode()
+
+    def set_attributes(path: bytes, attr: _MountAttr) -> bool:
+        size = ctypes.sizeof(attr)
+        return bool(libc.syscall(number, _AT_FDCWD, path, _AT_RECURSIVE, ctypes.byref(attr),
+                                 size) == 0)
+
+    return (
+        libc.unshare(_CLONE_NEWNS) == 0
+        and libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) == 0
+        and libc.mount(target, target, None, _MS_BIND, None) == 0
+        and set_attributes(b"/", _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0))
+        and set_attributes(target, _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0))
+    )
+
+
+def _world_reachable(path: Path) -> bool:
+    """Whether a user with no special rights can read ``path`` (and traverse its parents)."""
+    try:
+        for directory in [path, *path.parents] if path.is_dir() else list(path.parents):
+            if not directory.stat().st_mode & stat.S_IXOTH:
+                return False
+        return path.is_dir() or bool(path.stat().st_mode & stat.S_IROTH)
+    except OSError:
+        return False
+
+
+@functools.cache
+def can_drop_privileges() -> bool:
+    """True when running as root and an unprivileged user could load our code and torch.
+
+    Modules imported lazily inside a job are read after the drop, so the packages must be
+    world-readable (they are in a normal install; not in a checkout under a private home).
+    """
+    if os.geteuid() != 0:
+        return False
+    try:
+        pwd.getpwnam(UNPRIVILEGED)
+    except KeyError:
+        return False
+    import numpy
+    import torch
+
+    import swarmfab
+
+    modules = (swarmfab, torch, numpy, os)  # os: the standard library's own directory
+    packages = [Path(module.__file__ or "").parent for module in modules]
+    return all(_world_reachable(package) for package in packages)
+
+
+def drop_privileges(workdir: Path, max_processes: int) -> bool:
+    """Become ``nobody`` with a cap on processes (the cap binds non-root users only)."""
+    if not can_drop_privileges():
+        return False
+    user = pwd.getpwnam(UNPRIVILEGED)
+    for entry in [workdir, *workdir.rglob("*")]:
+        os.chown(entry, user.pw_uid, user.pw_gid)
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
+    os.setgroups([])
+    os.setgid(user.pw_gid)
+    os.setuid(user.pw_uid)
+    return True
