@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from swarmfab.errors import GoalError
+from swarmfab.errors import GoalError, WorkloadError
 from swarmfab.workloads import Shape, get_workload
 
 __all__ = ["Goal", "ShapeSpec", "Tolerance", "default_goal", "load_goal", "parse_duration"]
@@ -96,7 +96,10 @@ class Goal(_Strict):
     @field_validator("workload")
     @classmethod
     def _known_workload(cls, name: str) -> str:
-        get_workload(name)  # raises WorkloadError (a ValueError-free path) if unknown
+        try:
+            get_workload(name)
+        except WorkloadError as exc:  # pydantic reports ValueErrors against the field
+            raise ValueError(str(exc)) from exc
         return name
 
     @field_validator("budget_s", "eval_timeout_s", mode="before")

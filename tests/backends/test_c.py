@@ -123,7 +123,7 @@ def test_library_without_the_entry_point_raises_candidate_error(tmp_path: Path, 
 
 
 def test_missing_compiler_raises_build_error(tmp_path: Path, template: Candidate) -> None:
-    with pytest.raises(BuildError, match="cannot be run|cannot run"):
+    with pytest.raises(BuildError, match=r"cannot be run|cannot run"):
         CBackend(compiler=str(tmp_path / "no-such-cc")).build(template, tmp_path)
 
 

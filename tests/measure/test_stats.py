@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -85,16 +88,36 @@ def test_estimate_inversion_swaps_bounds() -> None:
 
 def test_time_interleaved_times_every_implementation_in_the_same_rounds() -> None:
     calls: list[str] = []
-    policy = TimingPolicy(min_rounds=4, max_rounds=7, max_seconds=5.0, warmup_calls=1,
+
+    def slow(name: str) -> Callable[[], None]:
+        def call() -> None:  # longer than a sample's minimum, so called once per sample
+            calls.append(name)
+            time.sleep(0.0015)
+
+        return call
+
+    policy = TimingPolicy(min_rounds=4, max_rounds=7, max_seconds=30.0, warmup_calls=1,
                           target_width=1e-12)  # never precise enough: runs max_rounds
-    samples = time_interleaved(
-        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, policy, reference="a"
-    )
+    samples = time_interleaved({"a": slow("a"), "b": slow("b")}, policy, reference="a")
     assert set(samples) == {"a", "b"}
     assert len(samples["a"]) == len(samples["b"]) == 7
-    assert all(s >= 0 for s in samples["a"] + samples["b"])
+    assert all(s >= 0.0015 for s in samples["a"] + samples["b"])
     assert calls.count("a") == calls.count("b") == 1 + 7  # warm-up plus rounds
-    # order rotates, so neither always runs first
-    rounds = calls[2:]
-    firsts = {rounds[i] for i in range(0, len(rounds), 2)}
-    assert firsts == {"a", "b"}
+    rounds = calls[2:]  # order rotates, so neither always runs first
+    assert {rounds[i] for i in range(0, len(rounds), 2)} == {"a", "b"}
+
+
+def test_time_interleaved_gives_every_implementation_the_same_number_of_calls() -> None:
+    counts = {"a": 0, "b": 0}
+
+    def bump(name: str) -> Callable[[], None]:
+        def call() -> None:
+            counts[name] += 1
+
+        return call
+
+    policy = TimingPolicy(min_rounds=3, max_rounds=3, warmup_calls=2)
+    samples = time_interleaved({"a": bump("a"), "b": bump("b")}, policy, reference="a")
+    assert len(samples["a"]) == len(samples["b"]) == 3
+    assert counts["a"] == counts["b"]
+    assert all(s < 1e-3 for s in samples["a"])  # seconds per call, not per sample

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.forkserver
 import os
 import pickle
 import re
@@ -83,8 +84,18 @@ def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _context() -> multiprocessing.context.ForkServerContext:
+    """The forkserver context; the server itself starts from a scrubbed environment.
+
+    A forked job inherits the server's initial environment block (what
+    /proc/self/environ shows), which clearing ``os.environ`` later does not erase.
+    """
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(_PRELOAD)
+    secrets = {key: os.environ.pop(key) for key in list(os.environ) if _SECRET.search(key)}
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        os.environ.update(secrets)
     return context
 
 

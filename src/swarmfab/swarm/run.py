@@ -32,6 +32,8 @@ from swarmfab.workloads import Case
 __all__ = ["Run", "RunResult"]
 
 FINAL_SHARE = 0.2  # of the budget kept for the closing side-by-side measurement
+# baselines only pick the first incumbent; candidates are then timed against it directly
+CALIBRATION = TimingPolicy(min_rounds=3, max_rounds=10, max_seconds=2.0, warmup_calls=1)
 FUZZ_PER_EVALUATION = 3  # fresh random cases added to the corpus cases of every evaluation
 
 
@@ -107,7 +109,7 @@ class Run:
         """Time the baselines once; the fastest on each shape is the first incumbent."""
         names = list(self.evaluator.workload.baselines())
         tables = self.evaluator.side_by_side(
-            [Implementation(n, baseline=n) for n in names], self.evaluator.policy
+            [Implementation(n, baseline=n) for n in names], CALIBRATION
         )
         for table in tables:
             fastest = min(names, key=lambda n: table.seconds[n].median)

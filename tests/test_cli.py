@@ -1,0 +1,256 @@
+"""The command line, driven in-process through typer's CliRunner.
+
+Every command gets ``--workdir``/``--db`` under ``tmp_path`` so nothing is written to the
+user's ``.swarmfab``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from swarmfab.cli import app
+from swarmfab.workloads.kda import KDA
+
+needs_cc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+CASE_NAMES = {case.name for case in KDA().validation_cases()}
+
+ZERO_KERNEL = """
+#include <stdint.h>
+int kda_forward(const float *q, const float *k, const float *v, const float *g,
+                const float *beta, const float *h0, float *o, float *ht, float scale,
+                int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V)
+{
+    for (int64_t i = 0; i < B * T * HV * V; i++) o[i] = 0.0f;
+    if (ht) for (int64_t i = 0; i < B * HV * K * V; i++) ht[i] = 0.0f;
+    return 0;
+}
+"""
+
+SEGFAULT_KERNEL = """
+#include <stdint.h>
+int kda_forward(const float *q, const float *k, const float *v, const float *g,
+                const float *beta, const float *h0, float *o, float *ht, float scale,
+                int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V)
+{
+    *(volatile float *)0 = 1.0f;
+    return 0;
+}
+"""
+
+PYTHON_CANDIDATE = """
+from swarmfab.workloads import _delta_math
+
+
+def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    o, state = _delta_math.recurrent(q, k, v, g, beta, scale, initial_state)
+    return o, state if output_final_state else None
+"""
+
+READOUT = "for (int j = 0; j < bv; j++) ot[j] = out[j];"
+
+
+def invoke(*args: str | Path) -> Result:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def verify_json(file: Path, workdir: Path) -> tuple[Result, dict]:
+    result = invoke("verify", "kda", file, "--json", "--workdir", workdir)
+    assert "Traceback" not in result.output
+    return result, json.loads(result.stdout)
+
+
+def _corrupt(source: str, replacement: str) -> str:
+    assert source.count(READOUT) == 1, "the template's readout line changed; update the test"
+    return source.replace(READOUT, replacement)
+
+
+@pytest.mark.parametrize("command", [None, "run", "verify", "bench", "export", "report", "runs"])
+def test_help_of_every_command(command: str | None) -> None:
+    result = invoke(*([command] if command else []), "--help")
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.output
+    if command is None:
+        for name in ("run", "verify", "bench", "export", "report", "runs"):
+            assert name in result.output
+
+
+@pytest.mark.parametrize(
+    ("goal_text", "fragments"),
+    [
+        ('workload = "kda"\ndevice = "gpu"\nshapes = [{B=1, T=8, H=1, K=8, V=8}]\n',
+         ["device", "'cpu'"]),
+        ('workload = "kda"\nshapes = [{B=1, T=8, H=4, HV=6, K=8, V=8}]\n', ["multiple of H"]),
+        ('workload = "kda"\nshapes = [{B=1,\n', ["not valid TOML"]),
+    ],
+    ids=["device-gpu", "hv-not-multiple", "malformed"],
+)
+def test_run_with_a_bad_goal_exits_2_with_one_clear_error(
+    tmp_path: Path, goal_text: str, fragments: list[str]
+) -> None:
+    goal = tmp_path / "goal.toml"
+    goal.write_text(goal_text)
+    result = invoke("run", goal, "--db", tmp_path / "x.db", "--workdir", tmp_path / "wd")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "error:" in result.stderr
+    for fragment in fragments:
+        assert fragment in result.output
+    assert not (tmp_path / "wd").exists()  # nothing ran
+
+
+def test_run_with_a_missing_goal_file_exits_2(tmp_path: Path) -> None:
+    result = invoke("run", tmp_path / "absent.toml", "--db", tmp_path / "x.db")
+    assert result.exit_code == 2
+    assert "does not exist" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_run_with_a_bad_budget_option_exits_2(tmp_path: Path) -> None:
+    result = invoke("run", "kda", "--budget", "forever", "--db", tmp_path / "x.db")
+    assert result.exit_code == 2
+    assert "budget" in result.output
+    assert "Traceback" not in result.output
+
+
+@needs_cc
+def test_verify_accepts_the_rendered_template(
+    tmp_path: Path, write_file: Callable[[str, str], Path], template_source: str
+) -> None:
+    good = write_file("good.c", template_source)
+    result, verdict = verify_json(good, tmp_path / "wd")
+    assert result.exit_code == 0, result.output
+    assert verdict["status"] == "accepted"
+    assert {check["case"] for check in verdict["checks"]} >= CASE_NAMES  # every case checked
+    assert all(check["passed"] for check in verdict["checks"])
+
+    text = invoke("verify", "kda", good, "--workdir", tmp_path / "wd")  # cached build
+    assert text.exit_code == 0
+    assert "accepted" in text.output
+
+
+@needs_cc
+@pytest.mark.parametrize(
+    ("name", "make_source", "detail"),
+    [
+        ("zeros.c", lambda template: ZERO_KERNEL, "rms ratio"),
+        ("scaled.c", lambda template: _corrupt(template, READOUT.replace(
+            "out[j];", "out[j] * 1.001f;")), "rms ratio"),
+        ("unwritten.c", lambda template: _corrupt(template, READOUT.replace(
+            "int j = 0", "int j = 1")), "non-finite"),
+    ],
+    ids=["zeros", "off-by-0.1-percent", "one-column-unwritten"],
+)
+def test_verify_rejects_wrong_output_and_names_the_failing_case(
+    tmp_path: Path, write_file: Callable[[str, str], Path], template_source: str,
+    name: str, make_source: Callable[[str], str], detail: str,
+) -> None:
+    bad = write_file(name, make_source(template_source))
+    result, verdict = verify_json(bad, tmp_path / "wd")
+    assert result.exit_code == 1, result.output
+    assert verdict["status"] == "rejected"
+    failed = [check for check in verdict["checks"] if not check["passed"]]
+    assert failed
+    assert any(failed[0]["case"].startswith(name) for name in CASE_NAMES)
+    assert repr(failed[0]["case"]) in verdict["reason"]
+    assert detail in verdict["reason"]
+
+    text = invoke("verify", "kda", bad, "--workdir", tmp_path / "wd")
+    assert text.exit_code == 1
+    assert "FAIL" in text.output
+    assert failed[0]["case"] in text.output
+
+
+@needs_cc
+def test_verify_reports_a_crashing_kernel(
+    tmp_path: Path, write_file: Callable[[str, str], Path]
+) -> None:
+    result, verdict = verify_json(write_file("crash.c", SEGFAULT_KERNEL), tmp_path / "wd")
+    assert result.exit_code == 1
+    assert verdict["status"] == "crashed"
+    assert "SIGSEGV" in verdict["reason"]
+
+
+@needs_cc
+def test_verify_reports_build_failures_with_diagnostics(
+    tmp_path: Path, write_file: Callable[[str, str], Path]
+) -> None:
+    broken = write_file("broken.c", "#include <stdint.h>\nint kda_forward(void) {\n  return 0\n}\n")
+    result, verdict = verify_json(broken, tmp_path / "wd")
+    assert result.exit_code == 1
+    assert verdict["status"] == "build_failed"
+    assert verdict["diagnostics"]
+    assert verdict["diagnostics"][0].startswith("broken.c:")
+
+    text = invoke("verify", "kda", broken, "--workdir", tmp_path / "wd")
+    assert text.exit_code == 1
+    assert "build_failed" in text.output
+    assert "broken.c:" in text.output
+
+
+def test_verify_accepts_a_python_candidate(
+    tmp_path: Path, write_file: Callable[[str, str], Path]
+) -> None:
+    result, verdict = verify_json(write_file("cand.py", PYTHON_CANDIDATE), tmp_path / "wd")
+    assert result.exit_code == 0, result.output
+    assert verdict["status"] == "accepted"
+
+
+def test_verify_rejects_a_python_candidate_that_raises(
+    tmp_path: Path, write_file: Callable[[str, str], Path]
+) -> None:
+    source = "def forward(*args, **kwargs):\n    raise RuntimeError('not implemented yet')\n"
+    result, verdict = verify_json(write_file("todo.py", source), tmp_path / "wd")
+    assert result.exit_code == 1
+    assert verdict["status"] == "rejected"
+    assert "not implemented yet" in verdict["reason"]
+
+
+def test_verify_unknown_file_kind_and_missing_file_exit_1(tmp_path: Path) -> None:
+    cuda = tmp_path / "kernel.cu"
+    cuda.write_text("__global__ void f() {}\n")
+    for path, message in ((cuda, "unknown candidate format"), (tmp_path / "gone.c", "cannot read")):
+        result = invoke("verify", "kda", path, "--workdir", tmp_path / "wd")
+        assert result.exit_code == 1
+        assert message in result.output
+        assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", [["report"], ["report", "--json"], ["export"]])
+def test_report_and_export_on_an_empty_store_exit_1_with_a_clear_message(
+    tmp_path: Path, command: list[str]
+) -> None:
+    args = [*command, "--db", str(tmp_path / "empty.db")]
+    if command == ["export"]:
+        args += ["--out", str(tmp_path / "out")]
+    result = invoke(*args)
+    assert result.exit_code == 1
+    assert "no runs" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_of_an_unknown_run_exits_1(tmp_path: Path) -> None:
+    result = invoke("report", "20990101-000000-abcdef", "--db", tmp_path / "x.db")
+    assert result.exit_code == 1
+    assert "20990101-000000-abcdef" in result.output
+
+
+def test_runs_on_an_empty_store_lists_nothing(tmp_path: Path) -> None:
+    result = invoke("runs", "--db", tmp_path / "x.db")
+    assert result.exit_code == 0
+    assert result.output.strip() == ""
+
+
+def test_bench_rejects_a_malformed_shape(tmp_path: Path) -> None:
+    result = invoke("bench", "kda", "--shape", "1,2,three", "--db", tmp_path / "x.db",
+                    "--workdir", tmp_path / "wd")
+    assert result.exit_code == 2
+    assert "B,T,H,K,V" in result.output
+    assert "Traceback" not in result.output

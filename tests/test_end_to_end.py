@@ -1,0 +1,90 @@
+"""End to end, as a user runs it: `python -m swarmfab run`, then export and report."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swarmfab.knowledge import Store
+from swarmfab.records import Status
+
+GOAL = """
+workload = "kda"
+budget = "40s"
+threads = 1  # robust on a busy 2-core machine, where 2 OpenMP threads can stall badly
+shapes = [{B = 1, T = 256, H = 4, K = 64, V = 64}]
+"""
+
+
+def swarmfab(*args: str | Path, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "160"}
+    return subprocess.run([sys.executable, "-m", "swarmfab", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_run_export_report(tmp_path: Path) -> None:
+    goal = tmp_path / "goal.toml"
+    goal.write_text(GOAL)
+    db, workdir = tmp_path / "x.db", tmp_path / "work"
+
+    done = swarmfab("run", goal, "--budget", "40s", "--db", db, "--workdir", workdir,
+                    cwd=tmp_path, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "champion" in done.stdout
+
+    store = Store(db)
+    run = store.run(None)
+    assert run.status == "finished"
+    assert run.champion_id is not None
+    assert run.champion_id in done.stdout
+    crowned = [(row, v) for row, v in store.verdicts(run.id) if row.candidate_id == run.champion_id]
+    assert len(crowned) == 1
+    row, verdict = crowned[0]
+    assert row.became_champion
+    assert verdict.status is Status.ACCEPTED
+    assert any(t.comparison == "faster" for t in verdict.timings)
+    assert run.summary is not None and run.summary["champion"] == run.champion_id
+    assert [s["shape"] for s in run.summary["shapes"]] == ["B1 T256 H4 K64 V64"]
+    champion = store.candidate(run.champion_id)
+    assert (workdir / "runs" / run.id / "champion" / champion.entry).is_file()
+
+    out = tmp_path / "exported"
+    exported = swarmfab("export", "--out", out, "--db", db, cwd=tmp_path, timeout=120)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["run"] == run.id
+    assert provenance["candidate"] == run.champion_id
+    assert provenance["verdict"]["status"] == "accepted"
+    assert provenance["lineage"][0]["id"] == run.champion_id
+    source = out / provenance["entry"]
+    assert source.read_text() == champion.sources[champion.entry]
+    # the recorded build command builds the exported source as it stands
+    build = subprocess.run(shlex.split(provenance["build"]), cwd=out, capture_output=True,
+                           text=True, timeout=120, check=False)
+    assert build.returncode == 0, build.stderr
+    assert (out / "kernel.so").is_file()
+
+    report = swarmfab("report", "--json", "--db", db, cwd=tmp_path, timeout=120)
+    assert report.returncode == 0, report.stderr
+    data = json.loads(report.stdout)
+    assert data["run"] == run.id
+    assert data["champion"] == run.champion_id
+    assert data["status"] == "finished"
+    assert sum(data["counts"].values()) == len(data["verdicts"]) >= 1
+    crowned_ids = [v["candidate"] for v in data["verdicts"] if v["champion"]]
+    assert crowned_ids[-1] == run.champion_id  # every crowning is kept; the last one holds
+
+    listed = swarmfab("runs", "--db", db, cwd=tmp_path, timeout=120)
+    assert listed.returncode == 0
+    assert run.id in listed.stdout
+    assert not (tmp_path / ".swarmfab").exists()  # every path went where we said
