@@ -8,7 +8,7 @@ import pytest
 
 from swarmfab.errors import GoalError
 from swarmfab.goal import Goal, default_goal, load_goal, parse_duration
-from swarmfab.workloads import Shape
+from swarmfab.workloads import Shape, get_workload
 from swarmfab.workloads.kda import KDA
 
 VALID = """
@@ -92,11 +92,9 @@ def test_parse_duration_rejects_bad_strings(text: str | int) -> None:
         (_with_shapes("{B=1, T=8, H=1, K=8, V=8}", "[tolerance]\nrms_ratio = 2.0"),
          ["tolerance.rms_ratio"]),
         ('workload = "kda"\nshapes = []\n', ["shapes"]),
-        ('workload = "kda"\n', ["shapes", "Field required"]),
     ],
     ids=["unknown-field", "device-gpu", "negative-T", "hv-not-multiple", "unknown-shape-field",
-         "bad-budget", "zero-threads", "bad-dtype", "tolerance-out-of-range", "no-shapes",
-         "missing-shapes"],
+         "bad-budget", "zero-threads", "bad-dtype", "tolerance-out-of-range", "no-shapes"],
 )
 def test_invalid_goal_raises_goal_error_naming_the_field(
     tmp_path: Path, text: str, must_mention: list[str]
@@ -150,3 +148,9 @@ def test_goals_are_immutable() -> None:
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises its own frozen error
         goal.seed = 5  # type: ignore[misc]
     assert isinstance(goal, Goal)
+
+
+def test_goal_file_without_shapes_targets_the_workloads_default_shapes(tmp_path: Path) -> None:
+    goal = load_goal(_goal_file(tmp_path, 'workload = "kda"\n'))
+    assert goal.shapes is None
+    assert goal.target_shapes() == list(get_workload("kda").default_shapes)

@@ -51,7 +51,7 @@ def _goal(target: str, budget: str | None, threads: int | None, seed: int | None
     from swarmfab.goal import default_goal, load_goal
 
     path = Path(target)
-    goal = load_goal(path) if path.suffix == ".toml" or path.exists() else default_goal(target)
+    goal = load_goal(path) if path.suffix == ".toml" else default_goal(target)
     return goal.with_overrides(budget=budget, threads=threads, seed=seed,
                                max_evaluations=max_evaluations)
 
@@ -137,7 +137,7 @@ def verify(
     goal = default_goal(workload).with_overrides(threads=threads)
     store = Store(db)
     evaluator = _evaluator(goal, workdir, store)
-    drawn = draw_cases(random.Random(seed), fuzz)
+    drawn = draw_cases(evaluator.workload, random.Random(seed), fuzz)
     verdict = evaluator.verify(_candidate_from_file(workload, file), [*evaluator.cases, *drawn])
     failed = verdict.failed_check
     found = evaluator.case_of(failed, drawn) if failed else None

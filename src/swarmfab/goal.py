@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from swarmfab.errors import GoalError, WorkloadError
-from swarmfab.workloads import Shape, get_workload
+from swarmfab.workloads import AnyShape, Shape, get_workload
 
 __all__ = ["Goal", "ShapeSpec", "Tolerance", "default_goal", "load_goal", "parse_duration"]
 
@@ -77,7 +77,8 @@ class Goal(_Strict):
     """A validated optimisation goal."""
 
     workload: str
-    shapes: Annotated[list[ShapeSpec], Field(min_length=1, max_length=32)]
+    # None: the workload's own default shapes; an explicit list must not be empty
+    shapes: Annotated[list[ShapeSpec] | None, Field(min_length=1, max_length=32)] = None
     device: Literal["cpu"] = "cpu"
     dtype: Literal["float32"] = "float32"
     metric: Literal["latency"] = "latency"
@@ -102,13 +103,23 @@ class Goal(_Strict):
             raise ValueError(str(exc)) from exc
         return name
 
+    @model_validator(mode="after")
+    def _has_shapes(self) -> Goal:
+        if self.shapes is None and not get_workload(self.workload).default_shapes:
+            raise ValueError(f"no target shapes: {self.workload} has no default shapes, "
+                             "list some under [[shapes]]")
+        return self
+
     @field_validator("budget_s", "eval_timeout_s", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> float:
         return parse_duration(value)
 
-    def target_shapes(self) -> list[Shape]:
-        return [spec.to_shape() for spec in self.shapes]
+    def target_shapes(self) -> list[AnyShape]:
+        """The goal's shapes, or the workload's own default shapes when it names none."""
+        if self.shapes:
+            return [spec.to_shape() for spec in self.shapes]
+        return list(get_workload(self.workload).default_shapes)
 
     def with_overrides(self, **changes: Any) -> Goal:
         """A copy with some fields replaced, validated like a file would be."""
@@ -148,11 +159,5 @@ def load_goal(path: Path) -> Goal:
 
 
 def default_goal(workload: str) -> Goal:
-    """The built-in goal of a workload: its default target shapes on this CPU."""
-    spec = get_workload(workload)
-    shapes = [
-        {"B": s.B, "T": s.T, "H": s.H, "HV": s.HV, "K": s.K, "V": s.V,
-         "initial_state": s.initial_state}
-        for s in spec.default_shapes
-    ]
-    return _validate({"workload": workload, "shapes": shapes}, source=f"default goal of {workload}")
+    """The built-in goal of a workload: its own default target shapes on this CPU."""
+    return _validate({"workload": workload}, source=f"default goal of {workload}")

@@ -30,7 +30,7 @@ from swarmfab.measure.roofline import IMPOSSIBLE_FRACTION, HostPeaks
 from swarmfab.records import Candidate, CheckResult, Estimate, ShapeTiming, Status, Verdict
 from swarmfab.sandbox import JobOutcome, JobStatus, Limits, run_job
 from swarmfab.verify import compare_outputs, probes
-from swarmfab.workloads import Case, Outputs, Shape, Tolerances, Workload
+from swarmfab.workloads import AnyShape, Case, Outputs, Tolerances, Workload
 
 __all__ = ["Evaluator", "SideBySide"]
 
@@ -58,7 +58,7 @@ class Evaluator:
     def __init__(
         self,
         workload: Workload,
-        target_shapes: list[Shape],
+        target_shapes: Sequence[AnyShape],
         cache_dir: Path,
         *,
         threads: int,
@@ -82,6 +82,11 @@ class Evaluator:
         ]
         self._references: dict[str, Outputs] = {}
         self.peaks = peaks  # enables roofline fractions and the impossible-speed check
+        # jobs find the workload by name, or in a staged copy of the user's workload file
+        self._job_workload, self._stage = workload.name, {}
+        if workload.source_file is not None:
+            self._job_workload = f"workload/{Path(workload.source_file).name}"
+            self._stage = {self._job_workload: Path(workload.source_file)}
 
     # -- references ----------------------------------------------------------------
     def reference(self, case: Case) -> Outputs:
@@ -133,8 +138,8 @@ class Evaluator:
         mine = Implementation("candidate", artifact=artifact)
         plan = [(case, [incumbents[case.shape.label], mine]) for case in self.targets]
         plan, stage = _staged(plan)
-        outcome = run_job(benchmark_shapes, self.workload.name, plan, self.threads, self.policy,
-                          "candidate", limits=self.limits, stage=stage)
+        outcome = run_job(benchmark_shapes, self._job_workload, plan, self.threads, self.policy,
+                          "candidate", limits=self.limits, stage={**stage, **self._stage})
         if outcome.status is not JobStatus.OK:
             return _job_failed(candidate, outcome, "benchmark", started, verdict.checks)
         checks = list(verdict.checks)
@@ -146,12 +151,11 @@ class Evaluator:
             if failed is not None:
                 return _rejected(candidate, failed, tuple(checks), started)
             timings.append(self._timing(case.shape, run, incumbents[case.shape.label].name))
-        impossible = next((t for t in timings if t.roofline_fraction
-                           and t.roofline_fraction > IMPOSSIBLE_FRACTION), None)
+        impossible = next((t for t in timings if self._impossible(t)), None)
         if impossible is not None:
             reason = (f"{impossible.shape}: measured {impossible.candidate_s.median * 1e3:.3f} ms "
-                      f"is {impossible.roofline_fraction:.1f}x faster than this host's roofline "
-                      "bound allows; the timing cannot be trusted (flagged as impossible)")
+                      f"is more than {IMPOSSIBLE_FRACTION:g}x faster than this host's peak "
+                      "FLOP rate allows; the timing cannot be trusted (flagged as impossible)")
             return Verdict(candidate.id, Status.REJECTED, reason, tuple(checks), tuple(timings),
                            time.monotonic() - started)
         return Verdict(candidate.id, Status.ACCEPTED, _summary(timings), tuple(checks),
@@ -162,8 +166,8 @@ class Evaluator:
     ) -> list[SideBySide]:
         """Time several implementations together on every target shape (first = reference)."""
         plan, stage = _staged([(case, implementations) for case in self.targets])
-        outcome = run_job(benchmark_shapes, self.workload.name, plan, self.threads, policy,
-                          None, limits=self.limits, stage=stage)
+        outcome = run_job(benchmark_shapes, self._job_workload, plan, self.threads, policy,
+                          None, limits=self.limits, stage={**stage, **self._stage})
         if outcome.status is not JobStatus.OK:
             raise MeasurementError(f"side-by-side benchmark failed: {outcome.detail}")
         reference = implementations[0].name
@@ -197,8 +201,9 @@ class Evaluator:
         self, candidate: Candidate, artifact: Artifact, started: float, cases: list[Case]
     ) -> Verdict:
         staged = Artifact(artifact.backend, Path("artifacts/candidate") / artifact.path.name)
-        outcome = run_job(run_cases, self.workload.name, staged, cases, self.threads,
-                          limits=self.limits, stage={str(staged.path): artifact.path})
+        outcome = run_job(run_cases, self._job_workload, staged, cases, self.threads,
+                          limits=self.limits,
+                          stage={str(staged.path): artifact.path, **self._stage})
         if outcome.status is not JobStatus.OK:
             return _job_failed(candidate, outcome, "verification", started)
         checks: list[CheckResult] = []
@@ -226,7 +231,7 @@ class Evaluator:
             return [CheckResult(case.name, "runs without error", False, run.error or "no output")]
         return compare_outputs(case.name, run.outputs, self.reference(case), self.tolerances)
 
-    def _timing(self, shape: Shape, run: ShapeRun, incumbent: str) -> ShapeTiming:
+    def _timing(self, shape: AnyShape, run: ShapeRun, incumbent: str) -> ShapeTiming:
         mine, theirs = run.seconds["candidate"], run.seconds[incumbent]
         ratio = paired_ratio(mine, theirs)
         candidate_s = median_ci(mine)
@@ -238,12 +243,20 @@ class Evaluator:
             roofline_fraction=None if bound is None else bound / candidate_s.median,
         )
 
-    def _bound(self, shape: Shape) -> float | None:
-        if self.peaks is None:
+    def _bound(self, shape: AnyShape) -> float | None:
+        flops, nbytes = self.workload.flops(shape), self.workload.min_bytes(shape)
+        if self.peaks is None or flops is None or nbytes is None:
             return None
-        return self.peaks.bound_seconds(self.workload.flops(shape), self.workload.min_bytes(shape))
+        return self.peaks.bound_seconds(flops, nbytes)
 
-    def _target_shape(self, label: str) -> Shape:
+    def _impossible(self, timing: ShapeTiming) -> bool:
+        flops = self.workload.flops(self._target_shape(timing.shape))
+        if self.peaks is None or not flops:
+            return False
+        floor = self.peaks.compute_bound_seconds(flops) / IMPOSSIBLE_FRACTION
+        return timing.candidate_s.median < floor
+
+    def _target_shape(self, label: str) -> AnyShape:
         return next(case.shape for case in self.targets if case.shape.label == label)
 
 

@@ -7,9 +7,10 @@ __all__ = ["DesignSpace", "Knob", "KnobValue", "Setting", "design_space"]
 
 
 def design_space(workload: str) -> DesignSpace:
-    """The built-in design space of a workload."""
-    if workload in ("kda", "gdn"):
-        from swarmfab.kernels.delta import recurrent_space
+    """The design space a workload declares (built-in or from a user's workload file)."""
+    from swarmfab.workloads import get_workload
 
-        return recurrent_space(workload)
-    raise WorkloadError(f"workload {workload!r} has no built-in design space")
+    space = get_workload(workload).design_space()
+    if space is None:
+        raise WorkloadError(f"workload {workload!r} declares no design space to search")
+    return space

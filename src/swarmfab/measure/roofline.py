@@ -4,8 +4,9 @@ Two peaks are measured once per host fingerprint (and stored by the caller): flo
 GEMM throughput through PyTorch, and memory bandwidth of a large copy (bytes read plus
 bytes written). For a call with F floating-point operations and B compulsory bytes the
 bound is ``max(F / peak_flops, B / bandwidth)`` seconds; a kernel's roofline fraction
-is bound / measured time. A time far below the bound is physically impossible: the
-evaluator treats it as a broken measurement or a cheat, never as a speedup.
+is bound / measured time (above 100% is possible when the data fits in cache). A time far
+below the compute bound (FLOPs at peak rate) is physically impossible: the evaluator
+treats it as a broken measurement or a cheat, never as a speedup.
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ class HostPeaks:
     bytes_per_s: float
 
     def bound_seconds(self, flops: float, nbytes: float) -> float:
+        """The DRAM roofline bound: a shape whose data fits in cache can beat it."""
         return max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
+
+    def compute_bound_seconds(self, flops: float) -> float:
+        """No cache helps here: a call cannot take less than its FLOPs at peak rate."""
+        return flops / self.flops_per_s
 
 
 def host_fingerprint(threads: int) -> str:

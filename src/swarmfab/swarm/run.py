@@ -75,8 +75,8 @@ class Run:
         search_deadline = started + self.goal.budget_s * (1 - FINAL_SHARE)
         run_id = self.store.start_run(self.goal.workload, self.goal.model_dump(mode="json"),
                                       self._host())
-        self.log(f"run {run_id}: {self.goal.workload}, {len(self.goal.shapes)} target shape(s), "
-                 f"budget {self.goal.budget_s:.0f} s, {len(self.agents)} agent(s)")
+        self.log(f"run {run_id}: {self.goal.workload}, {len(self.evaluator.targets)} target "
+                 f"shape(s), budget {self.goal.budget_s:.0f} s, {len(self.agents)} agent(s)")
         self.evaluator.prepare()
         self.evaluator.peaks = host_peaks(self.store, self.goal.threads, self.evaluator.limits,
                                           refresh=True)
@@ -146,7 +146,7 @@ class Run:
                        tuple(self.recent[-20:]), (), self.rng)
 
     def _evaluate(self, run_id: str, candidate: Candidate, number: int) -> None:
-        fuzz = draw_cases(self.rng, FUZZ_PER_EVALUATION)
+        fuzz = draw_cases(self.evaluator.workload, self.rng, FUZZ_PER_EVALUATION)
         verdict = self.evaluator.evaluate(candidate, self.incumbents, fuzz)
         self.store.record(run_id, candidate, verdict)
         self.recent.append(verdict)
@@ -192,7 +192,7 @@ class Run:
     def _final_policy(self, started: float) -> TimingPolicy:
         """The confirmation policy, capped so the whole run stays near its budget."""
         left = self.goal.budget_s - (time.monotonic() - started)
-        per_shape = max(1.0, 0.7 * left / len(self.goal.shapes))
+        per_shape = max(1.0, 0.7 * left / len(self.evaluator.targets))
         return replace(CONFIRMATION, max_seconds=min(CONFIRMATION.max_seconds, per_shape))
 
     def _out_of_evaluations(self, evaluations: int) -> bool:

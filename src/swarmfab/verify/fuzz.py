@@ -1,51 +1,20 @@
-"""Fuzzing: random small cases drawn across shapes and input distributions.
+"""Fuzzing: fresh random cases added to the corpus cases of every evaluation.
 
-Every evaluation adds a few fresh draws to the corpus cases; a draw that breaks a
-candidate is a counterexample, stored in the corpus and replayed against every later
-candidate and the current champion. Shapes stay small (the float64 reference is cheap)
-but cover what breaks kernels: odd lengths, T = 1, K != V, grouped value heads, an
-initial state, strong and weak decay, masked gates, extreme beta and large values.
+A draw that breaks a candidate is a counterexample: the run stores it in the corpus,
+replays it against every later candidate and re-checks the current champion on it
+("the validation data improves itself"). What to draw is the workload's business
+(:meth:`Workload.fuzz_cases`); names carry the seed so every failure is reproducible.
 """
 
 from __future__ import annotations
 
 import random
 
-from swarmfab.workloads import Case, Distribution, Shape
+from swarmfab.workloads import Case, Workload
 
 __all__ = ["draw_cases"]
 
-_DIMS = (8, 16, 24, 32, 48, 64)
 
-
-def _draw_shape(rng: random.Random) -> Shape:
-    heads = rng.choice((1, 2))
-    return Shape(
-        B=rng.choice((1, 1, 2)),
-        T=rng.choice((1, 2, rng.randint(3, 40), rng.randint(41, 200))),
-        H=heads,
-        HV=heads * rng.choice((1, 1, 2, 4)),
-        K=rng.choice(_DIMS),
-        V=rng.choice(_DIMS),
-        initial_state=rng.random() < 0.5,
-    )
-
-
-def _draw_distribution(rng: random.Random) -> Distribution:
-    return Distribution(
-        gate_divisor=rng.choice((0.1, 1.0, 10.0)),
-        gate_zero_prob=rng.choice((0.0, 0.0, 0.5)),
-        beta=rng.choice(("sigmoid", "sigmoid", "near0", "near1")),
-        magnitude=rng.choice((1.0, 1.0, 100.0)),
-    )
-
-
-def draw_cases(rng: random.Random, count: int) -> list[Case]:
-    """``count`` random cases; names carry their seed so a failure is reproducible."""
-    cases = []
-    for _ in range(count):
-        seed = rng.randrange(2**31)
-        local = random.Random(seed)
-        cases.append(Case(f"fuzz-{seed}", _draw_shape(local), _draw_distribution(local),
-                          seed=seed, origin="fuzz"))
-    return cases
+def draw_cases(workload: Workload, rng: random.Random, count: int) -> list[Case]:
+    """``count`` fresh cases for ``workload`` (none if it declares no fuzzing)."""
+    return workload.fuzz_cases(rng, count)

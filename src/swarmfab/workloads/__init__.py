@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from swarmfab.errors import WorkloadError
 from swarmfab.workloads._base import (
+    AnyShape,
     Case,
+    Dims,
     Distribution,
     Forward,
     Inputs,
@@ -16,7 +18,9 @@ from swarmfab.workloads._base import (
 )
 
 __all__ = [
+    "AnyShape",
     "Case",
+    "Dims",
     "Distribution",
     "Forward",
     "Inputs",
@@ -42,9 +46,15 @@ def workload_names() -> list[str]:
 
 
 def get_workload(name: str) -> Workload:
-    """The built-in workload called ``name``; unknown names list the known ones."""
+    """The built-in workload called ``name``, or the one a ``.py`` file defines."""
+    from swarmfab.workloads._user import is_workload_file, load_workload_file
+
+    if is_workload_file(name):
+        return load_workload_file(name)
     try:
         return _registry()[name]()
     except KeyError:
         known = ", ".join(workload_names())
-        raise WorkloadError(f"unknown workload {name!r}; known workloads: {known}") from None
+        raise WorkloadError(
+            f"unknown workload {name!r}; known workloads: {known} (or a workload .py file)"
+        ) from None

@@ -8,17 +8,23 @@ ABI of compiled candidates and a cost model for the roofline. Everything above i
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from swarmfab.errors import CandidateError
 
+if TYPE_CHECKING:
+    from swarmfab.kernels import DesignSpace
+
 __all__ = [
+    "AnyShape",
     "Case",
+    "Dims",
     "Distribution",
     "Forward",
     "Inputs",
@@ -37,7 +43,7 @@ Outputs = Mapping[str, torch.Tensor]
 CFunction = Any
 """A symbol of a ctypes.CDLL (ctypes' function-pointer class is private)."""
 
-Forward = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+Forward = Callable[..., Any]
 """A candidate or baseline entry point with the workload's Python signature."""
 
 
@@ -65,6 +71,28 @@ class Shape:
 
 
 @dataclass(frozen=True, slots=True)
+class Dims:
+    """Named sizes of a user workload's call, e.g. ``Dims.of(rows=4096, cols=4096)``."""
+
+    sizes: tuple[tuple[str, int], ...]
+
+    @staticmethod
+    def of(**sizes: int) -> Dims:
+        return Dims(tuple(sizes.items()))
+
+    def __getitem__(self, name: str) -> int:
+        return dict(self.sizes)[name]
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{name}={size}" for name, size in self.sizes)
+
+
+AnyShape = Shape | Dims
+"""The delta family's :class:`Shape`, or the named :class:`Dims` of any other workload."""
+
+
+@dataclass(frozen=True, slots=True)
 class Distribution:
     """How input values are drawn (the families real models and fla's tests use).
 
@@ -85,19 +113,26 @@ class Case:
     """A reproducible validation input: shape, distribution and seed."""
 
     name: str
-    shape: Shape
+    shape: AnyShape
     distribution: Distribution = field(default_factory=Distribution)
     seed: int = 0
     origin: str = "builtin"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["shape_kind"] = "dims" if isinstance(self.shape, Dims) else "delta"
+        return data
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> Case:
         """Inverse of :meth:`to_dict`; raises TypeError/KeyError on a malformed record."""
+        shape: AnyShape
+        if data.get("shape_kind") == "dims":
+            shape = Dims(tuple((str(n), int(v)) for n, v in data["shape"]["sizes"]))
+        else:
+            shape = Shape(**data["shape"])
         return Case(
-            name=data["name"], shape=Shape(**data["shape"]),
+            name=data["name"], shape=shape,
             distribution=Distribution(**data["distribution"]), seed=int(data["seed"]),
             origin=data.get("origin", "stored"),
         )
@@ -116,13 +151,19 @@ class Tolerances:
 
 
 class Workload(ABC):
-    """An operator swarmfab can optimise. Subclasses are stateless and cheap to create."""
+    """An operator swarmfab can optimise: the public contract of built-in and user workloads.
+
+    Subclasses are stateless and cheap to create. The abstract methods are required; the
+    others have defaults that switch a feature off (no C ABI, no roofline, no fuzzing,
+    no design space).
+    """
 
     name: str
-    description: str
-    c_symbol: str
-    default_shapes: tuple[Shape, ...]
-    output_names: tuple[str, ...]
+    description: str = ""
+    c_symbol: str = ""
+    default_shapes: tuple[AnyShape, ...] = ()
+    output_names: tuple[str, ...] = ()
+    source_file: str | None = None  # set by swarmfab when loaded from a user's file
 
     @abstractmethod
     def make_inputs(self, case: Case, dtype: torch.dtype = torch.float32) -> Inputs:
@@ -137,14 +178,6 @@ class Workload(ABC):
         """Call a candidate or baseline with the workload's signature; name its outputs."""
 
     @abstractmethod
-    def wrap_c(self, function: CFunction, *, fill_outputs: bool = True) -> Forward:
-        """Adapt a compiled ``c_symbol`` to the Python signature (sets argtypes).
-
-        With ``fill_outputs`` the output buffers start as NaN, so an element the kernel
-        never writes fails verification instead of passing by luck.
-        """
-
-    @abstractmethod
     def baselines(self) -> dict[str, Forward]:
         """PyTorch implementations a user could pick today, by name."""
 
@@ -152,13 +185,29 @@ class Workload(ABC):
     def validation_cases(self) -> list[Case]:
         """The built-in validation corpus: small cases that cover the edge conditions."""
 
-    @abstractmethod
-    def flops(self, shape: Shape) -> float:
-        """Floating-point operations of one call (documented formula)."""
+    def wrap_c(self, function: CFunction, *, fill_outputs: bool = True) -> Forward:
+        """Adapt a compiled ``c_symbol`` to the Python signature (sets argtypes).
 
-    @abstractmethod
-    def min_bytes(self, shape: Shape) -> float:
-        """Bytes an ideal fused kernel must move: every input read and output written once."""
+        With ``fill_outputs`` the output buffers start as NaN, so an element the kernel
+        never writes fails verification instead of passing by luck.
+        """
+        raise CandidateError(f"workload {self.name} declares no C ABI; give a Python file")
+
+    def flops(self, shape: AnyShape) -> float | None:
+        """Floating-point operations of one call (documented formula); None: unknown."""
+        return None
+
+    def min_bytes(self, shape: AnyShape) -> float | None:
+        """Bytes an ideal fused kernel must move; None: unknown (no roofline)."""
+        return None
+
+    def fuzz_cases(self, rng: random.Random, count: int) -> list[Case]:
+        """Random small cases for fuzzing; none by default."""
+        return []
+
+    def design_space(self) -> DesignSpace | None:
+        """The space built-in agents search for ``swarmfab run``; None: nothing to search."""
+        return None
 
     def tolerances(self, dtype: torch.dtype) -> Tolerances:
         """Default thresholds per input dtype (see docs/verification.md for the measurements)."""

@@ -17,11 +17,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import random
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
+from swarmfab.errors import WorkloadError
+from swarmfab.kernels import DesignSpace
 from swarmfab.workloads import _delta_math
 from swarmfab.workloads._base import (
     Case,
@@ -34,6 +37,7 @@ from swarmfab.workloads._base import (
     Shape,
     Workload,
 )
+from swarmfab.workloads._delta_fuzz import draw_delta_cases
 
 __all__ = ["GatedDeltaRule"]
 
@@ -67,7 +71,7 @@ class GatedDeltaRule(Workload):
         return g.unsqueeze(-1).expand(*g.shape, key_dim)
 
     def make_inputs(self, case: Case, dtype: torch.dtype = torch.float32) -> Inputs:
-        s, dist = case.shape, case.distribution
+        s, dist = _delta_shape(case), case.distribution
         gen = torch.Generator().manual_seed(case.seed)
         q = F.normalize(torch.rand(s.B, s.T, s.H, s.K, generator=gen, dtype=torch.float64), dim=-1)
         k = F.normalize(torch.rand(s.B, s.T, s.H, s.K, generator=gen, dtype=torch.float64), dim=-1)
@@ -169,17 +173,31 @@ class GatedDeltaRule(Workload):
             Case("long-sequence", Shape(1, 300, 1, 1, 16, 16), weak, seed=8),
         ]
 
-    def flops(self, shape: Shape) -> float:
+    def fuzz_cases(self, rng: random.Random, count: int) -> list[Case]:
+        return draw_delta_cases(rng, count)
+
+    def design_space(self) -> DesignSpace:
+        from swarmfab.kernels.delta import recurrent_space
+
+        return recurrent_space(self.name)
+
+    def flops(self, shape: Shape) -> float:  # type: ignore[override]
         """7*K*V per token and value head: decay K*V, S^T k 2KV, update 2KV, readout 2KV."""
         return 7.0 * shape.B * shape.T * shape.HV * shape.K * shape.V
 
-    def min_bytes(self, shape: Shape) -> float:
+    def min_bytes(self, shape: Shape) -> float:  # type: ignore[override]
         """float32: q, k, v, g, beta read once; o written; state read (if given) and written."""
         s = shape
         gate = s.K if self.gate_per_channel else 1
         token_bytes = 4 * s.B * s.T * (2 * s.H * s.K + s.HV * (2 * s.V + gate + 1))
         state_bytes = 4 * s.B * s.HV * s.K * s.V * (2 if s.initial_state else 1)
         return float(token_bytes + state_bytes)
+
+
+def _delta_shape(case: Case) -> Shape:
+    if not isinstance(case.shape, Shape):
+        raise WorkloadError(f"case {case.name!r}: the delta rule needs B,T,H,HV,K,V sizes")
+    return case.shape
 
 
 def _output(shape: tuple[int, ...] | torch.Size, fill: bool) -> torch.Tensor:
