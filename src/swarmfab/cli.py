@@ -189,11 +189,14 @@ def bench(
     db: DbOption = str(DEFAULT_DB),
     as_json: JsonOption = False,
     threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
+    cold: Annotated[bool, typer.Option(help="Flush the caches before every sample.")] = False,
     workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
 ) -> None:
-    """Time baselines (and a candidate) side by side: medians, CIs, speedups."""
+    """Time baselines (and a candidate) side by side: medians, CIs, speedups, roofline."""
     from swarmfab.evaluation import Implementation
     from swarmfab.goal import default_goal
+    from swarmfab.measure import CONFIRMATION
+    from swarmfab.measure.timer import last_level_cache_bytes
     from swarmfab.report import bench_table
     from swarmfab.swarm.hosts import host_peaks
 
@@ -213,11 +216,15 @@ def bench(
         contenders.append(Implementation("candidate", artifact=evaluator.build(chosen)))
     names = list(evaluator.workload.baselines())
     contenders += [Implementation(n, baseline=n) for n in names]
-    tables = evaluator.side_by_side(contenders)
+    flush = 2 * last_level_cache_bytes() if cold else 0
+    tables = evaluator.side_by_side(contenders, dataclasses.replace(CONFIRMATION,
+                                                                   flush_bytes=flush))
     if as_json:
         print(json.dumps([_side_json(t) for t in tables], indent=2))
     else:
-        console.print(bench_table(tables, f"{workload}: side by side, {goal.threads} thread(s)"))
+        title = (f"{workload}: side by side, {goal.threads} thread(s), "
+                 f"{'cold' if cold else 'warm'} cache")
+        console.print(bench_table(tables, title))
 
 
 def _side_json(table: Any) -> dict[str, Any]:
@@ -225,6 +232,7 @@ def _side_json(table: Any) -> dict[str, Any]:
         return {"median": e.median, "low": e.low, "high": e.high}
 
     return {"shape": table.shape, "reference": table.reference, "samples": table.samples,
+            "cache": table.cache, "roofline_bound_s": table.bound_s,
             "seconds": {n: est(e) for n, e in table.seconds.items()},
             "ratio_to_reference": {n: est(e) for n, e in table.ratio_to_reference.items()}}
 

@@ -47,6 +47,7 @@ class SideBySide:
     ratio_to_reference: dict[str, Estimate]
     samples: int
     bound_s: float | None = None  # roofline bound of this shape, when the peaks are known
+    cache: str = "warm"  # or "cold": caches flushed before every sample
 
     def roofline_fraction(self, name: str) -> float | None:
         return None if self.bound_s is None else self.bound_s / self.seconds[name].median
@@ -182,7 +183,7 @@ class Evaluator:
                     name: paired_ratio(s, run.seconds[reference]) for name, s in run.seconds.items()
                 },
                 samples=len(run.seconds[reference]),
-                bound_s=self._bound(self._target_shape(run.shape)),
+                bound_s=self._bound(self._target_shape(run.shape)), cache=policy.cache,
             ))
         return tables
 

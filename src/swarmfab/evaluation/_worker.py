@@ -7,6 +7,7 @@ that tampers with its own process cannot change how it is judged.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -129,7 +130,7 @@ def benchmark_shapes(
     ``checked`` names one of them, its outputs (sentinel-filled) are returned too, so the
     parent can verify it on the very shapes it is timed on.
     """
-    torch.set_num_threads(threads)
+    _pin(threads)
     workload = get_workload(workload_name)
     results = []
     for case, implementations in plan:
@@ -156,3 +157,11 @@ def benchmark_shapes(
 
 def _bind(workload: Workload, forward: Forward, inputs: Inputs) -> Callable[[], object]:
     return lambda: workload.call(forward, inputs)
+
+
+def _pin(threads: int) -> None:
+    """Use exactly ``threads`` threads, pinned to as many of the allowed cores."""
+    torch.set_num_threads(threads)
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) > threads:
+        os.sched_setaffinity(0, allowed[:threads])

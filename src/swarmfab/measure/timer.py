@@ -15,9 +15,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from swarmfab.measure.stats import paired_ratio
 
-__all__ = ["CONFIRMATION", "TimingPolicy", "time_interleaved"]
+__all__ = ["CONFIRMATION", "TimingPolicy", "last_level_cache_bytes", "time_interleaved"]
 
 _clock = time.perf_counter  # captured at import, before any candidate code is loaded
 
@@ -32,6 +34,11 @@ class TimingPolicy:
     warmup_calls: int = 2
     target_width: float = 0.02
     min_sample_s: float = 1e-3  # short calls are repeated so one sample lasts at least this
+    flush_bytes: int = 0  # > 0: write this many bytes before every timed sample (cold cache)
+
+    @property
+    def cache(self) -> str:
+        return "cold" if self.flush_bytes else "warm"
 
 
 CONFIRMATION = TimingPolicy(min_rounds=10, max_rounds=200, max_seconds=8.0, target_width=0.01)
@@ -47,13 +54,19 @@ def time_interleaved(
     """
     names = list(calls)
     shortest = min(_warm_up(calls[name], policy.warmup_calls) for name in names)
+    # cold samples time one call each: repeating it would warm the cache again
     inner = max(1, math.ceil(policy.min_sample_s / max(shortest, 1e-9)))
+    if policy.flush_bytes:
+        inner = 1
+    scratch = np.empty(policy.flush_bytes, dtype=np.uint8) if policy.flush_bytes else None
     samples: dict[str, list[float]] = {name: [] for name in names}
     started = _clock()
     for round_index in range(policy.max_rounds):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
             call = calls[name]
+            if scratch is not None:
+                scratch.fill(round_index & 0xFF)  # evict the caches, untimed
             begin = _clock()
             for _ in range(inner):
                 call()
@@ -84,3 +97,17 @@ def _precise(samples: dict[str, list[float]], reference: str, width: float) -> b
         if (ratio.high - ratio.low) / 2 > width * ratio.median:
             return False
     return True
+
+
+def last_level_cache_bytes(default: int = 64 * 2**20) -> int:
+    """Size of the largest CPU cache, from sysfs (``default`` where it cannot be read)."""
+    from pathlib import Path
+
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip().upper()
+        factor = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * factor)
+    return max(sizes, default=default)

@@ -1,0 +1,43 @@
+"""Hostile jobs for the sandbox tests (module-level so the forkserver can import them)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import sys
+
+
+def fork_storm() -> str:
+    """Fork until something stops us; report how far it got."""
+    forks = 0
+    for _ in range(10_000):
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            return f"refused after {forks} forks: {exc.strerror}"
+        if pid == 0:
+            os._exit(0)
+        forks += 1
+    return f"forked {forks} times"
+
+
+def endless_output() -> str:
+    chunk = "x" * 65536
+    while True:
+        sys.stdout.write(chunk)
+
+
+def write_outside(path: str) -> str:
+    with open(path, "w") as handle:
+        handle.write("escaped")
+    return "written"
+
+
+def connect_loopback(port: int) -> str:
+    with socket.create_connection(("127.0.0.1", port), timeout=2):
+        return "connected"
+
+
+def segfault() -> None:
+    ctypes.string_at(0)

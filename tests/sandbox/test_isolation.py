@@ -1,0 +1,73 @@
+"""Hostile jobs are contained and reported; the caller goes on."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import hostile_jobs
+import pytest
+
+from swarmfab.sandbox import JobStatus, Limits, run_job
+from swarmfab.sandbox._isolation import forbid_processes_and_sockets
+
+
+def _has_seccomp() -> bool:
+    return Path("/usr/lib/x86_64-linux-gnu/libseccomp.so.2").exists() or Path(
+        "/usr/lib/aarch64-linux-gnu/libseccomp.so.2").exists()
+
+
+@pytest.mark.skipif(not _has_seccomp(), reason="libseccomp is not installed")
+def test_a_fork_storm_cannot_start() -> None:
+    outcome = run_job(hostile_jobs.fork_storm, limits=Limits(wall_s=20))
+    assert outcome.status is JobStatus.OK
+    assert outcome.value.startswith("refused after 0 forks")
+
+
+def test_endless_output_is_capped_and_reported() -> None:
+    outcome = run_job(hostile_jobs.endless_output, limits=Limits(wall_s=30, file_bytes=2**20))
+    assert outcome.status is JobStatus.ERROR
+    assert "File too large" in outcome.detail
+    assert outcome.output_tail.endswith("x")
+
+
+def test_writing_outside_the_job_directory_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "escaped.txt"
+    outcome = run_job(hostile_jobs.write_outside, str(target))
+    if outcome.status is JobStatus.OK:
+        pytest.skip("this host allows neither mount namespaces nor dropping privileges")
+    assert outcome.status is JobStatus.ERROR
+    assert "Read-only file system" in outcome.detail or "Permission denied" in outcome.detail
+    assert not target.exists()
+
+
+def test_the_network_is_out_of_reach() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    accepted: list[object] = []
+    thread = threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True)
+    thread.start()
+    try:
+        outcome = run_job(hostile_jobs.connect_loopback, port, limits=Limits(wall_s=20))
+    finally:
+        server.close()
+    assert outcome.status is JobStatus.ERROR
+    assert not accepted
+
+
+def test_a_segfault_ends_as_crashed_and_the_next_job_runs() -> None:
+    crashed = run_job(hostile_jobs.segfault)
+    assert crashed.status is JobStatus.CRASHED
+    assert "SIGSEGV" in crashed.detail
+    assert run_job(divmod, 7, 2).value == (3, 1)
+
+
+def test_the_seccomp_filter_reports_when_it_cannot_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes
+
+    def missing(name: str, *args: object, **kwargs: object) -> ctypes.CDLL:
+        raise OSError(f"{name}: not found")
+
+    monkeypatch.setattr(ctypes, "CDLL", missing)
+    assert forbid_processes_and_sockets() is False
