@@ -103,7 +103,7 @@ class Evaluator:
         """Compute every reference up front, before any candidate code has run."""
         for case in [*self.cases, *self.targets]:
             self.reference(case)
-        for case in self.cases:
+        for case in [*self.cases, *self.targets]:
             self.reference(probes.twin_case(case))
 
     # -- one candidate -------------------------------------------------------------
@@ -230,7 +230,14 @@ class Evaluator:
     def _target_checks(self, case: Case, run: ShapeRun) -> list[CheckResult]:
         if run.error is not None or run.outputs is None:
             return [CheckResult(case.name, "runs without error", False, run.error or "no output")]
-        return compare_outputs(case.name, run.outputs, self.reference(case), self.tolerances)
+        checks = compare_outputs(case.name, run.outputs, self.reference(case), self.tolerances)
+        twin = probes.twin_case(case)
+        timed_case = f"{case.name} (a timed call, fresh inputs)"
+        if run.timed_outputs is None:
+            return [*checks, CheckResult(timed_case, "timed call kept", False,
+                                         "no outputs from the timed calls")]
+        return checks + compare_outputs(timed_case, run.timed_outputs, self.reference(twin),
+                                        self.tolerances)
 
     def _timing(self, shape: AnyShape, run: ShapeRun, incumbent: str) -> ShapeTiming:
         mine, theirs = run.seconds["candidate"], run.seconds[incumbent]

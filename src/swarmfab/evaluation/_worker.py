@@ -8,6 +8,7 @@ that tampers with its own process cannot change how it is judged.
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -60,6 +61,7 @@ class ShapeRun:
     shape: str
     seconds: dict[str, list[float]] = field(default_factory=dict)
     outputs: dict[str, torch.Tensor] | None = None
+    timed_outputs: dict[str, torch.Tensor] | None = None
     error: str | None = None
 
 
@@ -127,8 +129,10 @@ def benchmark_shapes(
     """Time implementations side by side on each case's shape.
 
     The first implementation of each entry is the reference of the ratios. When
-    ``checked`` names one of them, its outputs (sentinel-filled) are returned too, so the
-    parent can verify it on the very shapes it is timed on.
+    ``checked`` names one of them, its outputs are returned too, so the parent can verify
+    it on the very shapes it is timed on: once from a sentinel-filled call before timing,
+    and once from a timed call picked at random (a kernel that behaves only when its
+    outputs start as NaN is caught there).
     """
     _pin(threads)
     workload = get_workload(workload_name)
@@ -142,17 +146,52 @@ def benchmark_shapes(
                 forward = chosen.load(workload, fill_outputs=True)
                 produced = _call(workload, forward, inputs)
                 outputs = {name: value.detach().clone() for name, value in produced.items()}
-            calls = {
+            calls: dict[str, Callable[[], object]] = {
                 impl.name: _bind(workload, impl.load(workload, fill_outputs=False), inputs)
                 for impl in implementations
             }
+            spy = None
+            if checked is not None:
+                pick = _SECRET_CHOICE.randint(policy.warmup_calls + 1,
+                                              policy.warmup_calls + policy.min_rounds)
+                twin = workload.make_inputs(probes.twin_case(case))
+                calls[checked] = spy = _Spy(calls[checked], pick, inputs, twin)
             with torch.no_grad():
                 seconds = time_interleaved(calls, policy, reference=implementations[0].name)
         except Exception as exc:
             results.append(ShapeRun(case.shape.label, error=f"raised {type(exc).__name__}: {exc}"))
             continue
-        results.append(ShapeRun(case.shape.label, seconds=seconds, outputs=outputs))
+        timed = _detached(spy.kept) if spy is not None and spy.kept is not None else None
+        results.append(ShapeRun(case.shape.label, seconds=seconds, outputs=outputs,
+                                timed_outputs=timed))
     return results
+
+
+_SECRET_CHOICE = random.SystemRandom()
+
+
+class _Spy:
+    """Passes calls through; the ``pick``-th runs on the twin case's values and is kept.
+
+    The twin values are written into the very input tensors and put back afterwards, so
+    a kernel that returns stale results (recycled memory, a cache) gives the old answer
+    to the new question. One sample pays for two input copies; the median absorbs it.
+    """
+
+    def __init__(self, call: Callable[[], object], pick: int, inputs: Inputs, twin: Inputs):
+        self.call, self.pick, self.count = call, pick, 0
+        self.inputs, self.twin, self.original = inputs, twin, probes.snapshot(inputs)
+        self.kept: Outputs | None = None
+
+    def __call__(self) -> object:
+        self.count += 1
+        if self.count != self.pick:
+            return self.call()
+        probes.write_into(self.inputs, self.twin)
+        result = self.call()
+        probes.write_into(self.inputs, self.original)
+        self.kept = result  # type: ignore[assignment]
+        return result
 
 
 def _bind(workload: Workload, forward: Forward, inputs: Inputs) -> Callable[[], object]:
