@@ -102,8 +102,9 @@ def test_time_interleaved_times_every_implementation_in_the_same_rounds() -> Non
     assert set(samples) == {"a", "b"}
     assert len(samples["a"]) == len(samples["b"]) == 7
     assert all(s >= 0.0015 for s in samples["a"] + samples["b"])
-    assert calls.count("a") == calls.count("b") == 1 + 7  # warm-up plus rounds
-    rounds = calls[2:]  # order rotates, so neither always runs first
+    for name in ("a", "b"):  # warm-up (1 to 4 calls, until settled) plus 7 rounds
+        assert 1 + 7 <= calls.count(name) <= 4 + 7
+    rounds = calls[-14:]  # order rotates, so neither always runs first
     assert {rounds[i] for i in range(0, len(rounds), 2)} == {"a", "b"}
 
 

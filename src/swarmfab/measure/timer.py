@@ -79,13 +79,20 @@ def time_interleaved(
     return samples
 
 
-def _warm_up(call: Callable[[], object], count: int) -> float:
-    """Run ``call`` ``count`` times (at least once); the fastest call's seconds."""
-    best = math.inf
-    for _ in range(max(1, count)):
+def _warm_up(call: Callable[[], object], count: int, settle: float = 0.05) -> float:
+    """Run ``call`` at least ``count`` times, then until two calls in a row agree within
+    ``settle`` (caches, page faults and lazy initialisation are done), at most 4x ``count``
+    calls or one second. Returns the fastest call's seconds."""
+    best, previous, started = math.inf, math.inf, _clock()
+    for index in range(max(1, 4 * count)):
         begin = _clock()
         call()
-        best = min(best, _clock() - begin)
+        seconds = _clock() - begin
+        best = min(best, seconds)
+        settled = abs(seconds - previous) <= settle * min(seconds, previous)
+        if index + 1 >= count and (settled or _clock() - started > 1.0):
+            break
+        previous = seconds
     return best
 
 
