@@ -53,7 +53,7 @@ def time_interleaved(
     Precision is judged on each implementation's ratio to ``reference``.
     """
     names = list(calls)
-    shortest = min(_warm_up(calls[name], policy.warmup_calls) for name in names)
+    shortest = _warm_up(calls, policy.warmup_calls)
     # cold samples time one call each: repeating it would warm the cache again
     inner = max(1, math.ceil(policy.min_sample_s / max(shortest, 1e-9)))
     if policy.flush_bytes:
@@ -79,20 +79,24 @@ def time_interleaved(
     return samples
 
 
-def _warm_up(call: Callable[[], object], count: int, settle: float = 0.05) -> float:
-    """Run ``call`` at least ``count`` times, then until two calls in a row agree within
-    ``settle`` (caches, page faults and lazy initialisation are done), at most 4x ``count``
-    calls or one second. Returns the fastest call's seconds."""
-    best, previous, started = math.inf, math.inf, _clock()
+def _warm_up(calls: dict[str, Callable[[], object]], count: int, settle: float = 0.05) -> float:
+    """Warm every implementation in lock-step rounds: at least ``count`` rounds, then until
+    each one's last two calls agree within ``settle`` (caches, page faults and lazy
+    initialisation are done); at most 4x ``count`` rounds or one second. Everyone gets the
+    same number of warm-up calls. Returns the fastest call's seconds."""
+    best, started = math.inf, _clock()
+    previous = dict.fromkeys(calls, math.inf)
     for index in range(max(1, 4 * count)):
-        begin = _clock()
-        call()
-        seconds = _clock() - begin
-        best = min(best, seconds)
-        settled = abs(seconds - previous) <= settle * min(seconds, previous)
+        settled = True
+        for name, call in calls.items():
+            begin = _clock()
+            call()
+            seconds = _clock() - begin
+            best = min(best, seconds)
+            settled &= abs(seconds - previous[name]) <= settle * min(seconds, previous[name])
+            previous[name] = seconds
         if index + 1 >= count and (settled or _clock() - started > 1.0):
             break
-        previous = seconds
     return best
 
 
