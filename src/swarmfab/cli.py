@@ -119,6 +119,8 @@ def verify(
     as_json: JsonOption = False,
     threads: Annotated[int | None, typer.Option(help="Threads for the candidate.")] = None,
     fuzz: Annotated[int, typer.Option(help="Random cases added to the corpus cases.")] = 8,
+    backend: Annotated[str | None, typer.Option(
+        help="c, python, cuda or triton (default: from the file's suffix).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the fuzzing draws.")] = 0,
     db: DbOption = str(DEFAULT_DB),
     workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
@@ -138,7 +140,8 @@ def verify(
     store = Store(db)
     evaluator = _evaluator(goal, workdir, store)
     drawn = draw_cases(evaluator.workload, random.Random(seed), fuzz)
-    verdict = evaluator.verify(_candidate_from_file(workload, file), [*evaluator.cases, *drawn])
+    candidate = _candidate_from_file(workload, file, backend)
+    verdict = evaluator.verify(candidate, [*evaluator.cases, *drawn])
     failed = verdict.failed_check
     found = evaluator.case_of(failed, drawn) if failed else None
     if found is not None and store.add_case(
@@ -154,17 +157,20 @@ def verify(
     raise typer.Exit(0 if verdict.status is Status.ACCEPTED else 1)
 
 
-def _candidate_from_file(workload: str, file: Path) -> Any:
-    from swarmfab.backends import backend_for_file
+def _candidate_from_file(workload: str, file: Path, backend: str | None = None) -> Any:
+    from swarmfab.backends import backend_for_file, backend_names
     from swarmfab.errors import CandidateError
     from swarmfab.records import Candidate
 
+    if backend is not None and backend not in backend_names():
+        raise GoalError(f"--backend {backend!r}: allowed values are {', '.join(backend_names())}")
     try:
         text = file.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise CandidateError(f"cannot read candidate {file}: {exc}") from exc
-    return Candidate(workload, backend_for_file(file), {file.name: text}, file.name,
-                     flags=("-O3", "-march=native") if file.suffix == ".c" else ())
+    kind = backend or backend_for_file(file)
+    return Candidate(workload, kind, {file.name: text}, file.name,
+                     flags=("-O3", "-march=native") if kind == "c" else ())
 
 
 def _parse_shape(text: str) -> Any:

@@ -45,7 +45,8 @@ def test_backend_lookup_by_name_and_suffix() -> None:
     assert get_backend("c").name == "c"
     assert backend_for_file(Path("x.py")) == "python"
     assert backend_for_file(Path("x.c")) == "c"
+    assert backend_for_file(Path("x.cu")) == "cuda"
     with pytest.raises(CandidateError, match="unknown candidate format"):
-        backend_for_file(Path("x.cu"))
+        backend_for_file(Path("x.f90"))
     with pytest.raises(CandidateError, match="unknown backend"):
         get_backend("fortran")

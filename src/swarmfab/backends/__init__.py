@@ -6,14 +6,32 @@ from pathlib import Path
 
 from swarmfab.backends._base import Artifact, Backend
 from swarmfab.backends.c import CBackend, host_isa
+from swarmfab.backends.gpu import CudaBackend, TritonBackend, cuda_device_available
 from swarmfab.backends.python import PythonBackend
 from swarmfab.errors import CandidateError
 
-__all__ = ["Artifact", "Backend", "CBackend", "PythonBackend", "backend_for_file", "get_backend",
-           "host_isa"]
+__all__ = [
+    "Artifact",
+    "Backend",
+    "CBackend",
+    "CudaBackend",
+    "PythonBackend",
+    "TritonBackend",
+    "backend_for_file",
+    "backend_names",
+    "cuda_device_available",
+    "get_backend",
+    "host_isa",
+]
 
-_BACKENDS: dict[str, type[Backend]] = {"c": CBackend, "python": PythonBackend}
-_SUFFIXES = {".c": "c", ".py": "python"}
+_BACKENDS: dict[str, type[Backend]] = {
+    "c": CBackend, "python": PythonBackend, "cuda": CudaBackend, "triton": TritonBackend,
+}
+_SUFFIXES = {".c": "c", ".py": "python", ".cu": "cuda"}
+
+
+def backend_names() -> list[str]:
+    return list(_BACKENDS)
 
 
 def get_backend(name: str) -> Backend:

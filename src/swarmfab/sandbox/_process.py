@@ -29,7 +29,6 @@ import resource
 import shutil
 import signal
 import tempfile
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -136,7 +135,7 @@ def _child(
     try:
         message = pickle.dumps((JobStatus.OK, job(*args)))
     except BaseException as exc:  # the job's failure becomes a reported outcome
-        detail = "".join(traceback.format_exception_only(exc)).strip()
+        detail = f"{type(exc).__name__}: {exc}"
         message = pickle.dumps((JobStatus.ERROR, detail))
     # plain pickle, not multiprocessing's: torch's reducers would share tensors through
     # file descriptors that vanish when this process exits
