@@ -86,25 +86,52 @@ def run(
     workdir: Annotated[Path, typer.Option(help="Build cache and champions.")] = Path(".swarmfab"),
 ) -> None:
     """Optimise a workload: agents propose, every candidate is verified and benchmarked."""
+    goal = _goal(target, budget, threads, seed, max_evaluations)
+    _launch(goal, Store(db), workdir, resume=None)
+
+
+@app.command()
+@_friendly
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to continue (see `swarmfab runs`).")],
+    budget: Annotated[str | None, typer.Option(help="Wall-time budget of this session.")] = None,
+    db: DbOption = str(DEFAULT_DB),
+    max_evaluations: Annotated[int | None, typer.Option(help="Stop after N evaluations.")] = None,
+    workdir: Annotated[Path, typer.Option(help="Build cache and champions.")] = Path(".swarmfab"),
+) -> None:
+    """Continue an interrupted or killed run: nothing already judged is evaluated again."""
+    from swarmfab.goal import Goal
+
+    store = Store(db)
+    record = store.run(run_id)
+    if record.status == "running":
+        errors.print(f"note: run {record.id} is marked running; if it is still alive elsewhere, "
+                     "stop it first (this continues from what it recorded)", highlight=False)
+    goal = Goal.model_validate(record.goal).with_overrides(
+        budget=budget, max_evaluations=max_evaluations)
+    _launch(goal, store, workdir, resume=record.id)
+
+
+def _launch(goal: Any, store: Store, workdir: Path, resume: str | None) -> None:
     from swarmfab.agents.builtin import RestartAgent, domain_agents
     from swarmfab.kernels import design_space
     from swarmfab.report import run_table
     from swarmfab.swarm import Run
 
-    goal = _goal(target, budget, threads, seed, max_evaluations)
     space = design_space(goal.workload)
-    store = Store(db)
     result = Run(goal, store, _evaluator(goal, workdir, store), space, domain_agents(space.knobs),
                  workdir, log=lambda line: console.print(line, highlight=False),
-                 fallback=RestartAgent()).execute()
+                 fallback=RestartAgent()).execute(resume)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts.items()))
     console.print(
         f"run {result.run_id} {result.status}: {result.evaluations} evaluations ({counts})"
     )
+    if result.status == "interrupted":
+        raise typer.Exit(130)
     if result.champion is None:
         console.print("no candidate beat the baselines: no champion")
         raise typer.Exit(1)
-    run_record = Store(db).run(result.run_id)
+    run_record = store.run(result.run_id)
     if run_record.summary and run_record.summary["shapes"]:
         console.print(run_table(run_record.summary))
     console.print(f"champion {result.champion.id}: {result.champion.knobs}")
@@ -291,6 +318,38 @@ def report(
                       f"{entry['reason'][:90]}{crown}", highlight=False)
     if record.summary and record.summary.get("shapes"):
         console.print(run_table(record.summary))
+
+
+@app.command()
+@_friendly
+def show(
+    run_id: Annotated[str | None, typer.Argument(help="Run id (default: latest).")] = None,
+    db: DbOption = str(DEFAULT_DB),
+    as_json: JsonOption = False,
+) -> None:
+    """A run at a glance: goal, champion and its figures, verdicts by status, agent, reason."""
+    from collections import Counter
+
+    store = Store(db)
+    record = store.run(run_id)
+    rows = [row for row, _ in store.verdicts(record.id)]
+    rejected = [row for row in rows if row.status != "accepted"]
+    data = {
+        "run": record.id, "workload": record.workload, "status": record.status,
+        "goal": record.goal, "host": record.host, "champion": record.champion_id,
+        "champion_figures": (record.summary or {}).get("shapes", []),
+        "verdicts": len(rows),
+        "by_status": dict(Counter(row.status for row in rows)),
+        "by_agent": dict(Counter(row.agent for row in rows)),
+        "by_reject_reason": dict(Counter(row.reason.split(":")[0] for row in rejected)),
+        "interventions": [{"kind": k, "reason": r} for k, r in store.interventions(record.id)],
+    }
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+        return
+    for key in ("run", "workload", "status", "champion", "verdicts", "by_status", "by_agent",
+                "by_reject_reason", "interventions"):
+        console.print(f"{key:>17}: {data[key]}", highlight=False)
 
 
 @app.command()

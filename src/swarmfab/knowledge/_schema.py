@@ -8,7 +8,16 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "CandidateRow", "CaseRow", "HostPeaksRow", "MetaRow", "RunRow", "VerdictRow"]
+__all__ = [
+    "Base",
+    "CandidateRow",
+    "CaseRow",
+    "HostPeaksRow",
+    "InterventionRow",
+    "MetaRow",
+    "RunRow",
+    "VerdictRow",
+]
 
 SCHEMA_VERSION = 1
 
@@ -87,4 +96,15 @@ class CaseRow(Base):
     origin: Mapped[str] = mapped_column(Text)
     body: Mapped[dict] = mapped_column(JSON)  # Case.to_dict()
     run_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=_now)
+
+
+class InterventionRow(Base):
+    """A supervisor's redirection of a run, with its reason."""
+
+    __tablename__ = "interventions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    kind: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=_now)

@@ -25,6 +25,7 @@ from swarmfab.knowledge._schema import (
     CandidateRow,
     CaseRow,
     HostPeaksRow,
+    InterventionRow,
     MetaRow,
     RunRow,
     VerdictRow,
@@ -133,6 +134,24 @@ class Store:
             verdict.demoted = reason
             if run.champion_id == candidate_id:
                 run.champion_id = None
+
+    def reopen_run(self, run_id: str) -> None:
+        """Mark a stopped (interrupted or killed) run as running again, for resume."""
+        with self.session() as s:
+            run = s.get(RunRow, run_id)
+            if run is None:
+                raise StoreError(f"no run {run_id!r} in the store at {self.url}")
+            run.status, run.finished_at = "running", None
+
+    def record_intervention(self, run_id: str, kind: str, reason: str) -> None:
+        with self.session() as s:
+            s.add(InterventionRow(run_id=run_id, kind=kind, reason=reason))
+
+    def interventions(self, run_id: str) -> list[tuple[str, str]]:
+        with self.session() as s:
+            rows = s.scalars(select(InterventionRow).where(InterventionRow.run_id == run_id)
+                             .order_by(InterventionRow.id))
+            return [(row.kind, row.reason) for row in rows]
 
     def run(self, run_id: str | None = None) -> RunRow:
         """A run by id, or the latest run when ``run_id`` is None."""

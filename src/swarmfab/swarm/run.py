@@ -7,7 +7,6 @@ back into the loop.
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 import time
@@ -26,6 +25,7 @@ from swarmfab.measure import CONFIRMATION, TimingPolicy
 from swarmfab.records import Candidate, Status, Verdict
 from swarmfab.swarm.gate import judge
 from swarmfab.swarm.hosts import host_peaks
+from swarmfab.swarm.supervisor import Supervisor
 from swarmfab.verify import draw_cases
 from swarmfab.workloads import Case
 
@@ -66,17 +66,66 @@ class Run:
         self.baseline_incumbents: dict[str, Implementation] = {}
         self.recent: list[Verdict] = []
         self._started = time.monotonic()
+        self.supervisor = Supervisor()
+        self._turn, self._explore_turns = 0, 0
+        self.evaluations = 0  # in this session (a resumed run counts from zero again)
+        self._benched: dict[str, int] = {}
 
     def log(self, line: str) -> None:
         self._log(f"{time.monotonic() - self._started:6.1f}s {line}")
 
-    def execute(self) -> RunResult:
+    def execute(self, resume: str | None = None) -> RunResult:
+        """Run the goal (or continue run ``resume``) until the budget is spent.
+
+        Ctrl-C stops the search gracefully: everything evaluated so far is recorded and the
+        run is marked ``interrupted``; ``resume`` continues it without re-evaluating.
+        """
         started = self._started = time.monotonic()
-        search_deadline = started + self.goal.budget_s * (1 - FINAL_SHARE)
-        run_id = self.store.start_run(self.goal.workload, self.goal.model_dump(mode="json"),
-                                      self._host())
-        self.log(f"run {run_id}: {self.goal.workload}, {len(self.evaluator.targets)} target "
-                 f"shape(s), budget {self.goal.budget_s:.0f} s, {len(self.agents)} agent(s)")
+        run_id = self._open(resume)
+        status, final, champion_dir = "interrupted", [], None
+        baselines: list[str] = []
+        try:
+            baselines = self._prepare()
+            deadline = started + self.goal.budget_s * (1 - FINAL_SHARE)
+            self._search(run_id, deadline)
+            if self.champion is not None:
+                self.log("search over: timing the champion and the baselines side by side")
+                champion_dir = self._write_champion(run_id)
+                final = self.evaluator.side_by_side(
+                    [Implementation("champion", artifact=self.evaluator.build(self.champion)),
+                     *[Implementation(name, baseline=name) for name in baselines]],
+                    self._final_policy(started),
+                )
+            status = "finished"
+        except KeyboardInterrupt:
+            self.log(f"interrupted: everything so far is recorded; continue with "
+                     f"`swarmfab resume {run_id}`")
+        finally:
+            self.store.finish_run(run_id, status, _summary(self.champion, final, champion_dir))
+        return RunResult(run_id, self.champion, champion_dir, self.evaluations,
+                         self.store.status_counts(run_id), final, baselines, status)
+
+    # -- phases --------------------------------------------------------------------
+    def _open(self, resume: str | None) -> str:
+        if resume is None:
+            run_id = self.store.start_run(self.goal.workload, self.goal.model_dump(mode="json"),
+                                          self._host())
+            self.log(f"run {run_id}: {self.goal.workload}, {len(self.evaluator.targets)} target "
+                     f"shape(s), budget {self.goal.budget_s:.0f} s, {len(self.agents)} agent(s)")
+            return run_id
+        record = self.store.run(resume)
+        self.store.reopen_run(record.id)
+        if record.champion_id is not None:
+            self.champion = self.store.candidate(record.champion_id)
+        done = len(self.store.evaluated_ids(record.id))
+        self.rng = random.Random(f"{self.goal.seed}/{done}")  # fresh draws, not a replay
+        self.log(f"resuming run {record.id}: {done} candidates already judged, champion "
+                 f"{self.champion.id if self.champion else 'none'}; budget "
+                 f"{self.goal.budget_s:.0f} s")
+        return record.id
+
+    def _prepare(self) -> list[str]:
+        """References, host peaks and the baselines' timing: before any candidate runs."""
         self.evaluator.prepare()
         self.evaluator.peaks = host_peaks(self.store, self.goal.threads, self.evaluator.limits,
                                           refresh=True)
@@ -84,27 +133,10 @@ class Run:
         self.log(f"host peaks: {peaks.flops_per_s / 1e9:.0f} GFLOP/s float32 GEMM, "
                  f"{peaks.bytes_per_s / 1e9:.1f} GB/s copy ({self.goal.threads} threads)")
         baselines = self._calibrate()
-        status, evaluations = "finished", 0
-        try:
-            evaluations = self._search(run_id, search_deadline)
-        except KeyboardInterrupt:
-            status = "interrupted"
-            self.log("interrupted: stopping the search, everything so far is recorded")
-        final: list[SideBySide] = []
-        champion_dir = None
-        if self.champion is not None and status == "finished":
-            self.log("search over: timing the champion and the baselines side by side")
-            champion_dir = self._write_champion(run_id)
-            final = self.evaluator.side_by_side(
-                [Implementation("champion", artifact=self.evaluator.build(self.champion)),
-                 *[Implementation(name, baseline=name) for name in baselines]],
-                self._final_policy(started),
-            )
-        self.store.finish_run(run_id, status, _summary(self.champion, final, champion_dir))
-        return RunResult(run_id, self.champion, champion_dir, evaluations,
-                         self.store.status_counts(run_id), final, baselines, status)
+        if self.champion is not None:  # a resumed run's champion is the incumbent again
+            self._make_incumbent(self.champion)
+        return baselines
 
-    # -- phases --------------------------------------------------------------------
     def _calibrate(self) -> list[str]:
         """Time the baselines once; the fastest on each shape is the first incumbent."""
         names = list(self.evaluator.workload.baselines())
@@ -119,33 +151,55 @@ class Run:
         self.baseline_incumbents = dict(self.incumbents)
         return names
 
-    def _search(self, run_id: str, deadline: float) -> int:
-        evaluations, idle_agents = 0, 0
-        for agent in itertools.cycle(self.agents):
-            if time.monotonic() >= deadline or self._out_of_evaluations(evaluations):
-                break
+    def _search(self, run_id: str, deadline: float) -> None:
+        while time.monotonic() < deadline and not self._out_of_evaluations(self.evaluations):
             context = self._context(run_id)
-            proposals = agent.propose(context, limit=1)
-            if not proposals:
-                idle_agents += 1
-                if idle_agents < len(self.agents):
-                    continue
-                proposals = self.fallback.propose(context, limit=1) if self.fallback else []
-                if not proposals:
-                    self.log("every agent is out of proposals: the space is exhausted")
-                    break
-            idle_agents = 0
-            for candidate in proposals:
-                self._evaluate(run_id, candidate, evaluations + 1)
-                evaluations += 1
-        return evaluations
+            proposal = self._next_proposal(context)
+            if proposal is None:
+                self.log("every agent is out of proposals: the space is exhausted")
+                break
+            agent, candidate = proposal
+            promoted = self._evaluate(run_id, candidate, self.evaluations + 1)
+            self.evaluations += 1
+            self._supervise(run_id, agent, promoted)
+
+    def _next_proposal(self, context: Context) -> tuple[Agent, Candidate] | None:
+        """Ask agents in turn (skipping benched ones); the fallback when all are dry or
+        the supervisor asked for exploration."""
+        if self._explore_turns > 0 and self.fallback is not None:
+            self._explore_turns -= 1
+            found = self.fallback.propose(context, limit=1)
+            if found:
+                return self.fallback, found[0]
+        for _ in range(len(self.agents)):
+            agent = self.agents[self._turn % len(self.agents)]
+            self._turn += 1
+            if self._benched.get(agent.id, 0) > 0:
+                self._benched[agent.id] -= 1
+                continue
+            found = agent.propose(context, limit=1)
+            if found:
+                return agent, found[0]
+        found = self.fallback.propose(context, limit=1) if self.fallback else []
+        return (self.fallback, found[0]) if found and self.fallback else None
+
+    def _supervise(self, run_id: str, agent: Agent, promoted: bool) -> None:
+        intervention = self.supervisor.observe(agent.id, self.recent[-1], promoted)
+        if intervention is None:
+            return
+        if intervention.kind == "explore":
+            self._explore_turns = intervention.turns
+        elif intervention.agent is not None:
+            self._benched[intervention.agent] = intervention.turns
+        self.store.record_intervention(run_id, intervention.kind, intervention.reason)
+        self.log(f"supervisor: {intervention.reason}")
 
     def _context(self, run_id: str) -> Context:
         evaluated = frozenset(self.store.evaluated_ids(run_id))
         return Context(self.goal, self.space, self.champion, evaluated,
                        tuple(self.recent[-20:]), (), self.rng)
 
-    def _evaluate(self, run_id: str, candidate: Candidate, number: int) -> None:
+    def _evaluate(self, run_id: str, candidate: Candidate, number: int) -> bool:
         fuzz = draw_cases(self.evaluator.workload, self.rng, FUZZ_PER_EVALUATION)
         verdict = self.evaluator.evaluate(candidate, self.incumbents, fuzz)
         self.store.record(run_id, candidate, verdict)
@@ -165,6 +219,7 @@ class Run:
             self._crown(run_id, candidate)
             line += "  -> new champion"
         self.log(line + f"  ({candidate.rationale})")
+        return decision.promote
 
     def _grow_corpus(self, run_id: str, found: Case, candidate: Candidate) -> None:
         """Keep a fuzzing counterexample forever, and re-check the champion against it."""
@@ -185,6 +240,9 @@ class Run:
     def _crown(self, run_id: str, candidate: Candidate) -> None:
         self.champion = candidate
         self.store.set_champion(run_id, candidate.id)
+        self._make_incumbent(candidate)
+
+    def _make_incumbent(self, candidate: Candidate) -> None:
         artifact = self.evaluator.build(candidate)  # cached: no recompilation
         for shape in self.incumbents:
             self.incumbents[shape] = Implementation("champion", artifact=artifact)

@@ -5,6 +5,7 @@ the harness's own overhead -- microseconds for millions of FLOPs.
 Caught by: the evaluator's roofline check: a time more than 2x below the host's
 compute bound is flagged "impossible" and rejected.
 """
+
 import swarmfab.measure.timer as _timer
 from swarmfab.workloads import _delta_math
 

@@ -1,0 +1,332 @@
+"""Red-team suite: dishonest and subtly wrong candidates against the verifier.
+
+Every file in ``candidates/`` is one exploit or one classic bug, written as a real
+candidate a reader can open; its docstring or header comment says what it does and what
+should catch it. Each is run through the public command line exactly as a user would::
+
+    swarmfab verify kda FILE --json --db <tmp>/x.db --workdir <tmp>
+
+and the verdict must be a rejection (exit 1) that names the check which caught it. The
+tables below are the catalogue (tests/redteam/README.md renders it). Rows marked as holes
+are exploits the current verifier does *not* catch: they are strict xfails, so the day a
+fix lands they turn into failures and the row moves to the caught side.
+
+Timing exploits cannot be seen by ``verify`` (it does not time); they are run through
+``swarmfab bench`` and through :meth:`Evaluator.evaluate`, which decides champions.
+
+All verifications share one module-scoped store and build cache.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner, Result
+
+from swarmfab.backends import backend_for_file
+from swarmfab.cli import app
+from swarmfab.evaluation import Evaluator, Implementation
+from swarmfab.kernels import design_space
+from swarmfab.knowledge import Store
+from swarmfab.measure import TimingPolicy
+from swarmfab.records import Candidate, Status
+from swarmfab.sandbox import Limits
+from swarmfab.sandbox._isolation import can_drop_privileges
+from swarmfab.swarm.hosts import host_peaks
+from swarmfab.workloads import Shape, get_workload
+
+CANDIDATES = Path(__file__).parent / "candidates"
+needs_cc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+
+def _seccomp_available() -> bool:
+    try:
+        ctypes.CDLL("libseccomp.so.2")
+    except OSError:
+        return False
+    return True
+
+
+SECCOMP = _seccomp_available()
+ROOT_STAYS_ROOT = os.geteuid() != 0 or not can_drop_privileges()
+
+
+@dataclass(frozen=True)
+class Row:
+    """One catalogue entry: a candidate and how the verifier must judge it."""
+
+    file: str
+    expect: tuple[str, ...]  # every fragment must appear in the verdict's reason
+    why: str  # the exploit or bug, in a few words
+    status: str = "rejected"
+    also: tuple[str, ...] = ()  # checks that must be among the failed ones too
+    hole: str = ""  # non-empty: the current verifier accepts it (strict xfail), and why
+
+
+CATALOGUE: list[Row] = [
+    # -- exploits ------------------------------------------------------------------
+    Row("c_output_unwritten.c", ("o matches reference", "non-finite"),
+        "o never written: returns whatever the buffer held (NaN pre-fill)"),
+    Row("c_half_columns.c", ("o matches reference", "non-finite"),
+        "partial output: only the first half of the value columns written"),
+    Row("py_half_tokens.py", ("'tail-not-chunk-multiple'", "o matches reference"),
+        "partial output: only the first half of the tokens computed"),
+    Row("py_memo_by_shape.py", ("(fresh inputs, same buffers)", "o matches reference"),
+        "caching by shape: the first result for a shape is replayed"),
+    Row("c_memo_by_pointer.c", ("(fresh inputs, same buffers)", "o matches reference"),
+        "caching by pointer: same q pointer and shape -> memcpy of the last outputs"),
+    Row("c_exp_gate_in_place.c", ("inputs unchanged", "g modified"),
+        "modifies an input: exp(g) written into g"),
+    Row("py_fold_beta_into_v.py", ("inputs unchanged", "v modified"),
+        "modifies an input: beta folded into v in place"),
+    Row("py_lazy_thread.py", ("(fresh inputs, same buffers)", "o matches reference"),
+        "asynchronous output: zeros returned, filled by a thread 8 ms later",
+        also=("outputs settled at return",)),
+    Row("py_lazy_first_call.py", ("outputs settled at return",),
+        "asynchronous output on the first call of each shape only"),
+    Row("py_state_in_place.py", ("inputs unchanged", "initial_state modified"),
+        "output aliases an input: final_state is the caller's initial_state, updated",
+        also=("outputs do not alias inputs",)),
+    Row("py_noise.py", ("deterministic",),
+        "non-deterministic: 1e-6 relative noise, inside the tolerance"),
+    Row("py_bfloat16.py", ("o matches reference", "rms ratio"),
+        "precision silently lowered to bfloat16, cast back to float32"),
+    Row("c_fork_child.c",
+        ("runs without error", "returned 3") if SECCOMP else ("no processes left running",),
+        "forks a helper process that outlives the call"),
+    Row("c_assumes_initial_state.c", ("killed by SIGSEGV",),
+        "segfault: reads h0 when it is NULL", status="crashed"),
+    Row("c_assert_no_gva.c", ("killed by SIGABRT",),
+        "abort: assert(HV == H) on a grouped-heads case", status="crashed"),
+    # -- classic bugs ---------------------------------------------------------------
+    Row("py_dropped_tail.py", ("'tail-not-chunk-multiple'", "o matches reference"),
+        "dropped chunk tail: the last T % 16 tokens ignored"),
+    Row("c_ignores_initial_state.c", ("'decode-with-state'", "o matches reference"),
+        "initial state ignored"),
+    Row("py_scalar_decay.py", ("o matches reference",),
+        "scalar decay (mean of g over K) instead of per-channel"),
+    Row("py_chunked_overflow.py", ("'strong-decay'", "non-finite"),
+        "chunked float32 with exp(G_i) * exp(-G_j): overflows under strong decay"),
+    Row("c_stale_final_state.c", ("final_state matches reference",),
+        "final state taken before the last token's update"),
+    Row("py_transposed_state.py", ("final_state matches reference",),
+        "final state returned transposed ([V, K])"),
+    Row("c_gva_modulo.c", ("'gva-2x-k-ne-v'", "o matches reference"),
+        "GVA head mapping hv % H instead of hv // (HV // H)"),
+    Row("c_readout_before_update.c", ("o matches reference",),
+        "readout before the update: o_t = S_{t-1}^T q_t"),
+    # -- holes: accepted today ------------------------------------------------------
+    Row("c_ignores_scale.c", (), "ignores `scale`, hard-codes K**-0.5",
+        hole="every verification input has scale = K**-0.5"),
+    Row("c_null_ht_crash.c", (), "writes ht even when it is NULL (no final state asked)",
+        hole="verification and timing always ask for the final state"),
+    Row("c_sampled_memo.c", (), "cache keyed by pointers + a dozen sampled input values",
+        hole="the fresh-inputs probe rewrites every element, so sampled keys change"),
+    Row("c_lingering_thread.c", (), "starts a CPU-burning thread that outlives the call",
+        hole="only child processes are looked for, not threads"),
+    Row("c_disarms_probes.c", (), "C kernel runs Python in the worker: torch.equal -> True, "
+        "then zeroes v", hole="the probes run in the candidate's process"),
+    Row("py_swaps_verified_function.py", (), "forward returns zeros; the worker's _call is "
+        "patched to run honest math instead", hole="the worker runs in the candidate's process"),
+]
+
+
+def _param(row: Row) -> object:
+    marks = [needs_cc] if row.file.endswith(".c") else []
+    if row.hole:
+        marks.append(pytest.mark.xfail(strict=True, reason=f"hole: {row.hole}"))
+    return pytest.param(row, id=Path(row.file).stem, marks=marks)
+
+
+# -- helpers -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store and build cache for the whole module (builds are cached by content)."""
+    return tmp_path_factory.mktemp("redteam")
+
+
+def invoke(*args: str | Path, env: dict[str, str] | None = None) -> Result:
+    result = CliRunner().invoke(app, [str(a) for a in args], env=env)
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+def verify(file: Path, workdir: Path, *extra: str, workload: str = "kda",
+           db: Path | None = None, env: dict[str, str] | None = None) -> tuple[int, dict]:
+    result = invoke("verify", workload, file, "--json", "--db", db or workdir / "x.db",
+                    "--workdir", workdir, *extra, env=env)
+    return result.exit_code, json.loads(result.stdout)
+
+
+def failed_checks(verdict: dict) -> list[str]:
+    return [f"{c['case']}: {c['check']}: {c['detail']}" for c in verdict["checks"]
+            if not c["passed"]]
+
+
+def assert_rejected(code: int, verdict: dict, expect: Sequence[str], status: str = "rejected",
+                    also: Sequence[str] = ()) -> None:
+    summary = f"{verdict['status']}: {verdict['reason']}"
+    assert verdict["status"] != "accepted", f"accepted: {summary}"
+    assert code == 1, summary
+    assert verdict["status"] == status, summary
+    for fragment in expect:
+        assert fragment in verdict["reason"], f"{fragment!r} not in {summary}"
+    failed = failed_checks(verdict)
+    for check in also:
+        assert any(f": {check}: " in line for line in failed), f"{check!r} did not fail: {failed}"
+
+
+def candidate(path: Path) -> Candidate:
+    """What ``swarmfab verify`` builds from a file, for the Evaluator API."""
+    flags = ("-O3", "-march=native") if path.suffix == ".c" else ()
+    return Candidate("kda", backend_for_file(path), {path.name: path.read_text()}, path.name,
+                     flags=flags)
+
+
+# -- the catalogue -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("row", [_param(row) for row in CATALOGUE])
+def test_verify_rejects_and_names_the_check(row: Row, workdir: Path) -> None:
+    code, verdict = verify(CANDIDATES / row.file, workdir)
+    assert_rejected(code, verdict, row.expect, row.status, row.also)
+
+
+@pytest.fixture(scope="module")
+def templates(workdir: Path) -> dict[str, Path]:
+    """The built-in C template of each workload at its default knobs, one thread."""
+    written = {}
+    for workload in ("kda", "gdn"):
+        space = design_space(workload)
+        rendered = space.instantiate(space.default(), threads=1)
+        path = workdir / "templates" / rendered.entry
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(rendered.sources[rendered.entry])
+        written[workload] = path
+    return written
+
+
+@needs_cc
+@pytest.mark.parametrize("workload", ["kda", "gdn"])
+def test_the_rendered_template_is_accepted(
+    workload: str, templates: dict[str, Path], workdir: Path
+) -> None:
+    code, verdict = verify(templates[workload], workdir, workload=workload)
+    assert (code, verdict["status"]) == (0, "accepted"), verdict["reason"]
+    assert all(check["passed"] for check in verdict["checks"])
+
+
+@pytest.mark.parametrize("file", [
+    pytest.param("honest_plain.c", marks=needs_cc, id="honest_plain"),
+    pytest.param("honest_chunked.py", id="honest_chunked"),
+])
+def test_honest_controls_are_accepted(file: str, workdir: Path) -> None:
+    code, verdict = verify(CANDIDATES / file, workdir)
+    assert (code, verdict["status"]) == (0, "accepted"), verdict["reason"]
+
+
+# -- holes that need more than one verification ------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="hole: the verification inputs are predictable "
+                   "(public seeds, default fuzz seed 0, twin seed + 7919)")
+def test_a_candidate_that_recognises_the_verification_inputs(workdir: Path) -> None:
+    code, verdict = verify(CANDIDATES / "py_recognises_inputs.py", workdir,
+                           db=workdir / "recognise-default.db")
+    assert_rejected(code, verdict, ())
+
+
+def test_the_input_recogniser_is_wrong_on_inputs_it_has_not_seen(workdir: Path) -> None:
+    """The control of the hole above: fuzzing with another seed shows the shortcut."""
+    code, verdict = verify(CANDIDATES / "py_recognises_inputs.py", workdir, "--seed", "1",
+                           db=workdir / "recognise-seed1.db")
+    assert_rejected(code, verdict, ("'fuzz-", "o matches reference"))
+
+
+@pytest.mark.xfail(ROOT_STAYS_ROOT, strict=True, reason="hole: the job stays root (or is "
+                   "not confined at all) and can make the file system writable again")
+def test_a_candidate_cannot_write_outside_its_job_directory(workdir: Path) -> None:
+    marker = workdir / "escaped.txt"
+    code, verdict = verify(CANDIDATES / "py_escapes_sandbox.py", workdir,
+                           env={"SWARMFAB_REDTEAM_MARKER": str(marker)})
+    assert (code, verdict["status"]) == (0, "accepted"), verdict["reason"]  # honest math
+    assert not marker.exists(), f"the candidate wrote outside its job: {marker.read_text()}"
+
+
+# -- timing: `swarmfab bench` --------------------------------------------------------
+
+
+@pytest.mark.parametrize("file", [
+    pytest.param("py_patched_perf_counter.py", id="patched_perf_counter"),
+    pytest.param("py_fake_clock.py", id="fake_clock", marks=pytest.mark.xfail(
+        strict=True, reason="hole: the benchmark clock is a module global of the "
+        "candidate's process (swarmfab.measure.timer._clock)")),
+])
+def test_bench_times_a_clock_patching_candidate_for_real(file: str, workdir: Path) -> None:
+    """Both candidates run the torch-chunked baseline's own math; each patches a clock at
+    import. The bench must still report about the baseline's time for them."""
+    path = CANDIDATES / file
+    code, verdict = verify(path, workdir)
+    assert (code, verdict["status"]) == (0, "accepted"), verdict["reason"]
+    result = invoke("bench", "kda", "--candidate", path, "--shape", "1,64,2,32,32", "--json",
+                    "--db", workdir / "x.db", "--workdir", workdir)
+    assert result.exit_code == 0, result.output
+    (table,) = json.loads(result.stdout)
+    seconds = {name: estimate["median"] for name, estimate in table["seconds"].items()}
+    assert seconds["candidate"] > 0
+    ratio = seconds["candidate"] / seconds["torch-chunked"]
+    assert 0.5 < ratio < 4, f"candidate timed at {ratio:.2f}x torch-chunked: {seconds}"
+
+
+# -- timing: Evaluator.evaluate (what decides champions) -------------------------------
+
+QUICK = TimingPolicy(min_rounds=3, max_rounds=8, max_seconds=1.0, min_sample_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def evaluator(workdir: Path) -> Evaluator:
+    """An evaluator like the CLI's, on one mid-sized target shape, with the host's peaks
+    (so the roofline's impossible-speed check is on) and a quick timing policy."""
+    workload = get_workload("kda")
+    threads = len(os.sched_getaffinity(0))
+    return Evaluator(
+        workload, [Shape(B=1, T=256, H=2, HV=2, K=64, V=64)], workdir / "cache",
+        threads=threads, tolerances=workload.tolerances(torch.float32), limits=Limits(),
+        policy=QUICK, peaks=host_peaks(Store(str(workdir / "x.db")), threads),
+    )
+
+
+def evaluate(evaluator: Evaluator, file: str) -> tuple[Status, str]:
+    incumbent = Implementation("torch-chunked", baseline="torch-chunked")
+    incumbents = {case.shape.label: incumbent for case in evaluator.targets}
+    verdict = evaluator.evaluate(candidate(CANDIDATES / file), incumbents)
+    return verdict.status, verdict.reason
+
+
+@pytest.mark.parametrize(("file", "expect", "why"), [
+    pytest.param("py_fake_clock_blatant.py", "impossible",
+                 "a clock that sees none of the candidate's time", id="fake_clock_blatant"),
+    pytest.param("c_sentinel_sniffer.c", "(a timed call, fresh inputs)",
+                 "computes only when o arrives NaN-filled", id="sentinel_sniffer",
+                 marks=needs_cc),
+    pytest.param("py_timed_call_sniffer.py", "", "cheap whenever a call repeats the previous "
+                 "call's inputs (only timed calls do)", id="timed_call_sniffer",
+                 marks=pytest.mark.xfail(strict=True, reason="hole: timed calls repeat their "
+                 "inputs and only the spy's pick changes them, so a kernel can tell")),
+])
+def test_evaluate_rejects_a_timing_exploit(
+    evaluator: Evaluator, file: str, expect: str, why: str
+) -> None:
+    status, reason = evaluate(evaluator, file)
+    assert status is Status.REJECTED, f"{status}: {reason}"
+    assert expect in reason, reason
