@@ -73,6 +73,7 @@ def test_run_export_report(tmp_path: Path) -> None:
                            text=True, timeout=120, check=False)
     assert build.returncode == 0, build.stderr
     assert (out / "kernel.so").is_file()
+    _installed_package_matches_the_reference(out, tmp_path)
 
     report = swarmfab("report", "--json", "--db", db, cwd=tmp_path, timeout=120)
     assert report.returncode == 0, report.stderr
@@ -88,3 +89,57 @@ def test_run_export_report(tmp_path: Path) -> None:
     assert listed.returncode == 0
     assert run.id in listed.stdout
     assert not (tmp_path / ".swarmfab").exists()  # every path went where we said
+
+
+CHECK_INSTALLED = """
+import kda_champion
+from swarmfab.workloads import Case, Shape, get_workload
+workload = get_workload("kda")
+inputs = workload.make_inputs(Case("x", Shape(1, 50, 2, 4, 32, 32, initial_state=True)))
+outputs = workload.call(kda_champion.forward, inputs)
+reference = workload.reference(inputs)
+errors = [float((outputs[n].double() - reference[n]).norm() / reference[n].norm())
+          for n in reference]
+assert max(errors) < 1e-5, errors
+print("ok", kda_champion.__file__)
+"""
+
+
+def _installed_package_matches_the_reference(out: Path, tmp_path: Path) -> None:
+    """`pip install DIR` gives an importable package whose forward is correct."""
+    site = tmp_path / "site"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--target", str(site), str(out)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert install.returncode == 0, install.stderr
+    env = {**os.environ, "PYTHONPATH": str(site), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    used = subprocess.run([sys.executable, "-c", CHECK_INSTALLED], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=tmp_path, check=False)
+    assert used.returncode == 0, used.stderr
+    assert str(site) in used.stdout
+
+
+def test_an_exported_package_refuses_a_cpu_without_the_features_it_was_verified_on(
+    tmp_path: Path,
+) -> None:
+    from swarmfab.report.export import _init_source
+
+    class FakeRun:
+        workload, id = "kda", "r1"
+
+    from swarmfab.kernels import design_space
+
+    space = design_space("kda")
+    champion = space.instantiate(space.default(), threads=1)
+    package = tmp_path / "kda_champion"
+    package.mkdir()
+    (package / champion.entry).write_text(champion.sources[champion.entry])
+    (package / "__init__.py").write_text(
+        _init_source("kda_champion", FakeRun(), champion, ["avx512f", "avx9000"]))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    used = subprocess.run([sys.executable, "-c", "import kda_champion"], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=120, check=False)
+    assert used.returncode != 0
+    assert "this host lacks avx9000" in used.stderr

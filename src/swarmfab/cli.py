@@ -275,13 +275,16 @@ def _side_json(table: Any) -> dict[str, Any]:
 def export(
     run_id: Annotated[str | None, typer.Argument(help="Run id (default: latest).")] = None,
     out: Annotated[Path, typer.Option(help="Directory to write.")] = Path("champion"),
+    name: Annotated[str | None, typer.Option(
+        help="Python package name (default: WORKLOAD_champion).")] = None,
     db: DbOption = str(DEFAULT_DB),
 ) -> None:
-    """Write a run's champion: sources, build command and provenance.json."""
+    """Write a run's champion as an installable package with provenance and evidence."""
     from swarmfab.report.export import export_champion
 
-    where = export_champion(Store(db), run_id, out)
-    console.print(f"champion exported to {where} (sources, provenance.json)")
+    where = export_champion(Store(db), run_id, out, name)
+    console.print(f"champion exported to {where}: `pip install {where}`, then import it; "
+                  "evidence in VERIFICATION.md and provenance.json")
 
 
 @app.command()

@@ -1,14 +1,33 @@
-"""Export a run's champion: its sources, how to build it, and the evidence behind it."""
+"""Export a run's champion as an installable Python package with its evidence.
+
+    DIR/
+      pyproject.toml          pip install DIR
+      README.md, VERIFICATION.md, provenance.json
+      <name>/__init__.py      forward(...) with the workload's signature
+      <name>/<source>.c       built for the host on first import
+      <name>/provenance.json, <name>/VERIFICATION.md
+
+``provenance.json`` holds the goal, host fingerprint, compiler, flags, knobs, the full
+verdict, the final side-by-side figures and the champion's lineage.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
+from swarmfab.errors import StoreError, SwarmfabError
 from swarmfab.knowledge import Store
-from swarmfab.records import Candidate
+from swarmfab.records import Candidate, Verdict
 
 __all__ = ["export_champion"]
+
+_VECTOR_FEATURES = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl",
+                    "avx512dq", "avx512_bf16")
+_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 def _lineage(store: Store, candidate: Candidate) -> list[dict[str, object]]:
@@ -21,31 +40,112 @@ def _lineage(store: Store, candidate: Candidate) -> list[dict[str, object]]:
     return chain
 
 
-def export_champion(store: Store, run_id: str | None, out: Path) -> Path:
-    """Write the champion of ``run_id`` (latest run if None) into ``out``; returns ``out``."""
+def export_champion(store: Store, run_id: str | None, out: Path, name: str | None = None) -> Path:
+    """Write the champion of ``run_id`` (latest run if None) as a package into ``out``."""
     run = store.run(run_id)
     if run.champion_id is None:
-        from swarmfab.errors import StoreError
-
         raise StoreError(f"run {run.id} has no champion to export (status: {run.status})")
     champion = store.candidate(run.champion_id)
+    if champion.backend != "c":
+        raise SwarmfabError(f"exporting a {champion.backend} champion is not supported yet; "
+                            "its source is under .swarmfab/runs/")
+    package = name or f"{run.workload}_champion"
+    if not _NAME.match(package):
+        raise SwarmfabError(f"--name {package!r}: use lower-case letters, digits and _")
     verdict = next(v for row, v in store.verdicts(run.id) if row.candidate_id == champion.id)
-    out.mkdir(parents=True, exist_ok=True)
+    target = out / package
+    target.mkdir(parents=True, exist_ok=True)
     for rel, text in champion.sources.items():
-        (out / rel).write_text(text)
+        (target / rel).write_text(text)
+    required = _required_features(str(run.host.get("isa", "")))
     provenance = {
         "run": run.id, "workload": run.workload, "goal": run.goal, "host": run.host,
-        "candidate": champion.id, "backend": champion.backend, "entry": champion.entry,
-        "flags": list(champion.flags), "knobs": champion.knobs,
-        "build": _build_command(champion), "verdict": verdict.to_dict(),
+        "candidate": champion.id, "backend": champion.backend,
+        "entry": f"{package}/{champion.entry}", "flags": list(champion.flags),
+        "knobs": champion.knobs, "required_cpu_features": required,
+        "build": _build_command(package, champion), "verdict": verdict.to_dict(),
         "final_measurement": run.summary, "lineage": _lineage(store, champion),
     }
-    (out / "provenance.json").write_text(json.dumps(provenance, indent=2, default=str))
+    text = json.dumps(provenance, indent=2, default=str)
+    evidence = _verification_markdown(run.id, run.workload, champion, verdict, run.summary)
+    for directory in (out, target):
+        (directory / "provenance.json").write_text(text)
+        (directory / "VERIFICATION.md").write_text(evidence)
+    (target / "__init__.py").write_text(_init_source(package, run, champion, required))
+    (out / "pyproject.toml").write_text(_pyproject(package, run.workload))
+    (out / "README.md").write_text(
+        f"# {package}\n\nA verified {run.workload} kernel exported by swarmfab (run {run.id}).\n"
+        f"`pip install .` then `import {package}; {package}.forward(...)`. "
+        "Evidence: VERIFICATION.md, provenance.json.\n"
+    )
     return out
 
 
-def _build_command(candidate: Candidate) -> str:
-    if candidate.backend != "c":
-        return ""
+def _required_features(isa: str) -> list[str]:
+    present = set(isa.split())
+    return [feature for feature in _VECTOR_FEATURES if feature in present]
+
+
+def _init_source(package: str, run: Any, champion: Candidate, required: list[str]) -> str:
+    template = resources.files("swarmfab.report").joinpath("templates/package_init.py.tmpl")
+    per_channel = run.workload == "kda"
+    return template.read_text().format(
+        name=package, workload=run.workload, run=run.id, candidate=champion.id,
+        entry=champion.entry, flags=tuple(champion.flags), required=tuple(required),
+        symbol=f"{run.workload}_forward",
+        gate_layout="[B,T,HV,K]" if per_channel else "[B,T,HV]",
+    )
+
+
+def _pyproject(package: str, workload: str) -> str:
+    return f'''[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{package.replace("_", "-")}"
+version = "1.0.0"
+description = "A verified {workload} kernel exported by swarmfab"
+requires-python = ">=3.9"
+dependencies = ["torch"]
+
+[tool.setuptools]
+packages = ["{package}"]
+
+[tool.setuptools.package-data]
+"{package}" = ["*.c", "*.json", "*.md"]
+'''
+
+
+def _build_command(package: str, candidate: Candidate) -> str:
     flags = " ".join(candidate.flags)
-    return f"cc {flags} -fPIC -shared -fopenmp -std=gnu11 -o kernel.so {candidate.entry} -lm"
+    return (f"cc {flags} -fPIC -shared -fopenmp -std=gnu11 -o kernel.so "
+            f"{package}/{candidate.entry} -lm")
+
+
+def _verification_markdown(
+    run_id: str, workload: str, champion: Candidate, verdict: Verdict,
+    summary: dict[str, Any] | None,
+) -> str:
+    lines = [
+        f"# Verification of {workload} candidate {champion.id}",
+        "",
+        f"Run {run_id}. Verdict: **{verdict.status.value}** — {verdict.reason}.",
+        "",
+        "## Final measurement (champion vs PyTorch baselines, side by side)",
+        "",
+        "| shape | fastest baseline | baseline ms | champion ms | speedup [95% CI] |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for shape in (summary or {}).get("shapes", []):
+        base = shape["seconds"][shape["fastest_baseline"]]
+        mine = shape["seconds"]["champion"]
+        low, mid, high = shape["speedup"][1], shape["speedup"][0], shape["speedup"][2]
+        lines.append(f"| {shape['shape']} | {shape['fastest_baseline']} | {base[0] * 1e3:.3f} "
+                     f"| {mine[0] * 1e3:.3f} | {mid:.2f}x [{low:.2f}, {high:.2f}] |")
+    lines += ["", "## Checks", "", "| case | check | result | detail |",
+              "| --- | --- | --- | --- |"]
+    for check in verdict.checks:
+        lines.append(f"| {check.case} | {check.check} | {'pass' if check.passed else 'FAIL'} "
+                     f"| {check.detail} |")
+    return "\n".join(lines) + "\n"

@@ -1,10 +1,13 @@
 /*
- * HOLE (timing: detects verification): during verification (and the one checked call of
- * a benchmark) the outputs arrive pre-filled with NaN; in the timed calls they arrive
- * uninitialised. The kernel computes honestly when o[0] is NaN and returns at once
- * otherwise, so every checked call is right and every timed call is free.
- * Should be caught by: checking (some of) the timed calls' outputs, or pre-filling the
- * timed calls' outputs too, with a value the kernel cannot predict.
+ * EXPLOIT (timing: detects verification by the NaN sentinel): during verification, and
+ * in the benchmark's one checked call, the outputs arrive pre-filled with NaN; in the
+ * timed calls they arrive uninitialised. The kernel computes honestly when o[0] is NaN
+ * and returns at once otherwise, so every sentinel-filled call is right and every timed
+ * call is free.
+ * Caught by (Evaluator.evaluate): the outputs of one timed call, picked at random and
+ * run on fresh values in the same buffers, are compared too ("(a timed call, fresh
+ * inputs)"). `swarmfab bench` checks no timed call, so its figures for this kernel are
+ * fiction -- but bench decides nothing.
  */
 #include <math.h>
 #include <stdint.h>
