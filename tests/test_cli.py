@@ -213,9 +213,10 @@ def test_verify_rejects_a_python_candidate_that_raises(
 
 
 def test_verify_unknown_file_kind_and_missing_file_exit_1(tmp_path: Path) -> None:
-    cuda = tmp_path / "kernel.cu"
-    cuda.write_text("__global__ void f() {}\n")
-    for path, message in ((cuda, "unknown candidate format"), (tmp_path / "gone.c", "cannot read")):
+    fortran = tmp_path / "kernel.f90"
+    fortran.write_text("end\n")
+    for path, message in ((fortran, "unknown candidate format"),
+                          (tmp_path / "gone.c", "cannot read")):
         result = invoke("verify", "kda", path, "--workdir", tmp_path / "wd")
         assert result.exit_code == 1
         assert message in result.output

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +38,6 @@ from swarmfab.knowledge import Store
 from swarmfab.measure import TimingPolicy
 from swarmfab.records import Candidate, Status
 from swarmfab.sandbox import Limits
-from swarmfab.sandbox._isolation import can_drop_privileges
 from swarmfab.swarm.hosts import host_peaks
 from swarmfab.workloads import Shape, get_workload
 
@@ -56,7 +54,6 @@ def _seccomp_available() -> bool:
 
 
 SECCOMP = _seccomp_available()
-ROOT_STAYS_ROOT = os.geteuid() != 0 or not can_drop_privileges()
 
 
 @dataclass(frozen=True)
@@ -81,15 +78,14 @@ CATALOGUE: list[Row] = [
         "partial output: only the first half of the tokens computed"),
     Row("py_memo_by_shape.py", ("(fresh inputs, same buffers)", "o matches reference"),
         "caching by shape: the first result for a shape is replayed"),
-    Row("c_memo_by_pointer.c", ("(fresh inputs, same buffers)", "o matches reference"),
+    Row("c_memo_by_pointer.c", ("deterministic",),
         "caching by pointer: same q pointer and shape -> memcpy of the last outputs"),
     Row("c_exp_gate_in_place.c", ("inputs unchanged", "g modified"),
         "modifies an input: exp(g) written into g"),
     Row("py_fold_beta_into_v.py", ("inputs unchanged", "v modified"),
         "modifies an input: beta folded into v in place"),
-    Row("py_lazy_thread.py", ("(fresh inputs, same buffers)", "o matches reference"),
-        "asynchronous output: zeros returned, filled by a thread 8 ms later",
-        also=("outputs settled at return",)),
+    Row("py_lazy_thread.py", ("outputs settled at return",),
+        "asynchronous output: zeros returned, filled by a thread 8 ms later"),
     Row("py_lazy_first_call.py", ("outputs settled at return",),
         "asynchronous output on the first call of each shape only"),
     Row("py_state_in_place.py", ("inputs unchanged", "initial_state modified"),
@@ -123,19 +119,23 @@ CATALOGUE: list[Row] = [
         "GVA head mapping hv % H instead of hv // (HV // H)"),
     Row("c_readout_before_update.c", ("o matches reference",),
         "readout before the update: o_t = S_{t-1}^T q_t"),
+    # -- once holes, closed since ----------------------------------------------------
+    Row("c_ignores_scale.c", ("'gva-4x-scale-1'", "o matches reference"),
+        "ignores `scale`, hard-codes K**-0.5 (cases now draw scale 1 and 0.1 too)"),
+    Row("c_null_ht_crash.c", ("killed by SIGSEGV",),
+        "writes ht even when it is NULL (every case is also called without a final state)",
+        status="crashed"),
+    Row("c_lingering_thread.c", ("no work after return",),
+        "starts a CPU-burning thread that outlives the call (CPU use in an idle pause)"),
+    # caught only because they do not also tamper with the no-final-state call: the class
+    # of hole (code in the worker's process rewriting the harness) stays open
+    Row("c_disarms_probes.c", ("(optional outputs not requested)", "o matches reference"),
+        "C kernel runs Python in the worker: torch.equal -> True, then zeroes v"),
+    Row("py_swaps_verified_function.py", ("(optional outputs not requested)",),
+        "forward returns zeros; the worker's _call is patched to run honest math instead"),
     # -- holes: accepted today ------------------------------------------------------
-    Row("c_ignores_scale.c", (), "ignores `scale`, hard-codes K**-0.5",
-        hole="every verification input has scale = K**-0.5"),
-    Row("c_null_ht_crash.c", (), "writes ht even when it is NULL (no final state asked)",
-        hole="verification and timing always ask for the final state"),
     Row("c_sampled_memo.c", (), "cache keyed by pointers + a dozen sampled input values",
         hole="the fresh-inputs probe rewrites every element, so sampled keys change"),
-    Row("c_lingering_thread.c", (), "starts a CPU-burning thread that outlives the call",
-        hole="only child processes are looked for, not threads"),
-    Row("c_disarms_probes.c", (), "C kernel runs Python in the worker: torch.equal -> True, "
-        "then zeroes v", hole="the probes run in the candidate's process"),
-    Row("py_swaps_verified_function.py", (), "forward returns zeros; the worker's _call is "
-        "patched to run honest math instead", hole="the worker runs in the candidate's process"),
 ]
 
 
@@ -238,24 +238,23 @@ def test_honest_controls_are_accepted(file: str, workdir: Path) -> None:
 # -- holes that need more than one verification ------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="hole: the verification inputs are predictable "
-                   "(public seeds, default fuzz seed 0, twin seed + 7919)")
 def test_a_candidate_that_recognises_the_verification_inputs(workdir: Path) -> None:
+    """Every seed is salted with a secret per verification: nothing is recognisable."""
     code, verdict = verify(CANDIDATES / "py_recognises_inputs.py", workdir,
                            db=workdir / "recognise-default.db")
     assert_rejected(code, verdict, ())
 
 
 def test_the_input_recogniser_is_wrong_on_inputs_it_has_not_seen(workdir: Path) -> None:
-    """The control of the hole above: fuzzing with another seed shows the shortcut."""
+    """With another fuzzing seed too, the shortcut fails."""
     code, verdict = verify(CANDIDATES / "py_recognises_inputs.py", workdir, "--seed", "1",
                            db=workdir / "recognise-seed1.db")
-    assert_rejected(code, verdict, ("'fuzz-", "o matches reference"))
+    assert_rejected(code, verdict, ("o matches reference",))
 
 
-@pytest.mark.xfail(ROOT_STAYS_ROOT, strict=True, reason="hole: the job stays root (or is "
-                   "not confined at all) and can make the file system writable again")
 def test_a_candidate_cannot_write_outside_its_job_directory(workdir: Path) -> None:
+    """Even as root, seccomp refuses mount_setattr and friends, so the read-only view of
+    the file systems cannot be undone."""
     marker = workdir / "escaped.txt"
     code, verdict = verify(CANDIDATES / "py_escapes_sandbox.py", workdir,
                            env={"SWARMFAB_REDTEAM_MARKER": str(marker)})
@@ -320,10 +319,9 @@ def evaluate(evaluator: Evaluator, file: str) -> tuple[Status, str]:
     pytest.param("c_sentinel_sniffer.c", "(a timed call, fresh inputs)",
                  "computes only when o arrives NaN-filled", id="sentinel_sniffer",
                  marks=needs_cc),
-    pytest.param("py_timed_call_sniffer.py", "", "cheap whenever a call repeats the previous "
-                 "call's inputs (only timed calls do)", id="timed_call_sniffer",
-                 marks=pytest.mark.xfail(strict=True, reason="hole: timed calls repeat their "
-                 "inputs and only the spy's pick changes them, so a kernel can tell")),
+    pytest.param("py_timed_call_sniffer.py", "(optional outputs not requested)",
+                 "cheap whenever a call repeats the previous call's inputs: verification "
+                 "repeats inputs too now", id="timed_call_sniffer"),
 ])
 def test_evaluate_rejects_a_timing_exploit(
     evaluator: Evaluator, file: str, expect: str, why: str

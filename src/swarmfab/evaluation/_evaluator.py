@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -77,11 +78,15 @@ class Evaluator:
         self.limits = limits
         self.policy = policy or TimingPolicy()
         self.cases = list(cases) if cases is not None else workload.validation_cases()
+        # every seed a candidate meets is salted with a secret, so no candidate can
+        # recognise the verification inputs and be honest on those alone
+        salt = secrets.randbelow(2**31)
         self.targets = [
-            Case(f"target {shape.label}", shape, seed=seed + 1000 + i)
+            Case(f"target {shape.label}", shape, seed=_salted_seed(seed + 1000 + i, salt))
             for i, shape in enumerate(target_shapes)
         ]
-        self._references: dict[str, Outputs] = {}
+        self._references: dict[tuple[str, int], Outputs] = {}
+        self._last_cases: list[Case] = []
         self.peaks = peaks  # enables roofline fractions and the impossible-speed check
         # jobs find the workload by name, or in a staged copy of the user's workload file
         self._job_workload, self._stage = workload.name, {}
@@ -92,18 +97,16 @@ class Evaluator:
     # -- references ----------------------------------------------------------------
     def reference(self, case: Case) -> Outputs:
         """The float64 reference of ``case``, computed once, in this trusted process."""
-        if case.name not in self._references:
+        key = (case.name, case.seed)
+        if key not in self._references:
             with torch.no_grad():
-                self._references[case.name] = self.workload.reference(
-                    self.workload.make_inputs(case)
-                )
-        return self._references[case.name]
+                self._references[key] = self.workload.reference(self.workload.make_inputs(case))
+        return self._references[key]
 
     def prepare(self) -> None:
-        """Compute every reference up front, before any candidate code has run."""
-        for case in [*self.cases, *self.targets]:
+        """Compute the target shapes' references (the costly ones) up front."""
+        for case in self.targets:
             self.reference(case)
-        for case in [*self.cases, *self.targets]:
             self.reference(probes.twin_case(case))
 
     # -- one candidate -------------------------------------------------------------
@@ -194,13 +197,18 @@ class Evaluator:
             self.cases.append(case)
 
     def case_of(self, check: CheckResult, cases: Sequence[Case]) -> Case | None:
-        """The case (among ``cases``) a check was made on, its fresh-inputs twin included."""
-        return next((case for case in cases
-                     if check.case in (case.name, probes.twin_case(case).name)), None)
+        """The case (among ``cases``) a check of the last verification was made on, as it
+        was run (salted seed), so storing it reproduces the failure exactly."""
+        names = {case.name for case in cases}
+        return next((case for case in self._last_cases if case.name in names and check.case
+                     .split(" (")[0] == case.name), None)
 
     def _verify_cases(
         self, candidate: Candidate, artifact: Artifact, started: float, cases: list[Case]
     ) -> Verdict:
+        salt = secrets.randbelow(2**31)
+        cases = [dataclasses.replace(c, seed=_salted_seed(c.seed, salt)) for c in cases]
+        self._last_cases = cases
         staged = Artifact(artifact.backend, Path("artifacts/candidate") / artifact.path.name)
         outcome = run_job(run_cases, self._job_workload, staged, cases, self.threads,
                           limits=self.limits,
@@ -217,14 +225,23 @@ class Evaluator:
                        tuple(checks), (), time.monotonic() - started)
 
     def _case_checks(self, case: Case, run: CaseRun) -> list[CheckResult]:
+        """Checks in the order that names the root cause first: the first call's outputs,
+        then the probes (a modified input explains the later calls' wrong answers), then
+        the calls that depend on the first (no final state asked, fresh inputs)."""
         if run.error is not None or run.outputs is None or run.twin_outputs is None:
             return [CheckResult(case.name, "runs without error", False, run.error or "no output")]
-        checks = compare_outputs(case.name, run.outputs, self.reference(case), self.tolerances)
+        reference = self.reference(case)
+        checks = compare_outputs(case.name, run.outputs, reference, self.tolerances)
+        checks += [CheckResult(case.name, check, not found, found)
+                   for check, found in run.findings.items()]
+        if run.lean_outputs is not None:
+            checks += compare_outputs(f"{case.name} (optional outputs not requested)",
+                                      run.lean_outputs,
+                                      {name: reference[name] for name in run.lean_outputs},
+                                      self.tolerances)
         twin = probes.twin_case(case)
         checks += compare_outputs(twin.name, run.twin_outputs, self.reference(twin),
                                   self.tolerances)
-        checks += [CheckResult(case.name, check, not found, found)
-                   for check, found in run.findings.items()]
         return checks
 
     def _target_checks(self, case: Case, run: ShapeRun) -> list[CheckResult]:
@@ -316,3 +333,7 @@ def _staged(
         return dataclasses.replace(impl, artifact=renamed[source])
 
     return [(case, [local(impl) for impl in impls]) for case, impls in plan], stage
+
+
+def _salted_seed(seed: int, salt: int) -> int:
+    return (seed * 1_000_003 + salt) % 2**31

@@ -50,6 +50,7 @@ class CaseRun:
     case: str
     outputs: dict[str, torch.Tensor] | None = None
     twin_outputs: dict[str, torch.Tensor] | None = None
+    lean_outputs: dict[str, torch.Tensor] | None = None
     error: str | None = None
     findings: dict[str, str] = field(default_factory=dict)
 
@@ -87,6 +88,12 @@ def run_cases(
             runs.append(_probe_case(workload, forward, case))
         except Exception as exc:  # the candidate's failure is data, not a worker failure
             runs.append(CaseRun(case.name, error=f"raised {type(exc).__name__}: {exc}"))
+    if runs and runs[-1].error is None:
+        busy = probes.cpu_while_idle()
+        runs[-1].findings["no work after return"] = (
+            f"{busy * 1e3:.0f} ms of CPU in a {probes.IDLE_SECONDS * 1e3:.0f} ms pause after "
+            "the last call returned" if busy > probes.IDLE_CPU_LIMIT else ""
+        )
     return runs
 
 
@@ -106,13 +113,16 @@ def _probe_case(workload: Workload, forward: Forward, case: Case) -> CaseRun:
         f"{len(children)} child process(es) still running" if children else ""
     )
     first = _detached(outputs)
+    with torch.no_grad():
+        lean = workload.call_lean(forward, inputs)
     twin = workload.make_inputs(probes.twin_case(case))
     probes.write_into(inputs, twin)  # same tensors, new values
     twin_outputs = _detached(_call(workload, forward, inputs))
     again = _detached(_call(workload, forward, probes.snapshot(twin)))  # new tensors
     same = all(torch.equal(again[n], twin_outputs[n]) for n in twin_outputs)
     findings["deterministic"] = "" if same else "the same inputs gave different outputs"
-    return CaseRun(case.name, outputs=first, twin_outputs=twin_outputs, findings=findings)
+    return CaseRun(case.name, outputs=first, twin_outputs=twin_outputs,
+                   lean_outputs=None if lean is None else _detached(lean), findings=findings)
 
 
 def _names(names: tuple[str, ...], what: str) -> str:

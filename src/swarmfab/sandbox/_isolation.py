@@ -30,6 +30,14 @@ _SCMP_ACT_ALLOW = 0x7FFF0000
 _SCMP_CMP_NE, _SCMP_CMP_MASKED_EQ = 1, 7
 
 
+_ISOLATION_UNDOERS = (
+    "mount", "umount2", "mount_setattr", "move_mount", "open_tree", "fsopen", "fsmount",
+    "fsconfig", "pivot_root", "chroot", "unshare", "setns", "ptrace", "process_vm_writev",
+    "setuid", "setgid", "setreuid", "setresuid", "setregid", "setresgid", "setgroups",
+    "capset", "bpf", "kexec_load", "init_module", "finit_module", "reboot", "swapon",
+)
+
+
 def _scmp_errno(code: int) -> int:
     return 0x00050000 | (code & 0xFFFF)
 
@@ -40,7 +48,9 @@ class _ArgCmp(ctypes.Structure):
 
 
 def forbid_processes_and_sockets() -> bool:
-    """A seccomp filter: no new processes (threads allowed), no sockets but Unix ones.
+    """A seccomp filter: no new processes (threads allowed), no sockets but Unix ones,
+    and none of the calls that could undo the isolation (mounts, namespaces, ptrace,
+    identity changes, kernel modules).
 
     fork, vfork and clone without CLONE_THREAD fail with EPERM; clone3 answers ENOSYS so
     the C library falls back to clone for threads. A fork storm then cannot start, and a
@@ -67,6 +77,8 @@ def forbid_processes_and_sockets() -> bool:
         ("clone", _scmp_errno(_EPERM), [_ArgCmp(0, _SCMP_CMP_MASKED_EQ, _CLONE_THREAD, 0)]),
         ("clone3", _scmp_errno(_ENOSYS), []),
         ("socket", _scmp_errno(_EPERM), [_ArgCmp(0, _SCMP_CMP_NE, _AF_UNIX, 0)]),
+        # nothing may undo the isolation set up before the filter
+        *[(name, _scmp_errno(_EPERM), []) for name in _ISOLATION_UNDOERS],
     ]
     try:
         for name, action, comparisons in rules:

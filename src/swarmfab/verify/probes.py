@@ -9,6 +9,8 @@ known exploit:
 - outputs settled at return: no thread or process may finish the work later
   (the outputs are re-read after a pause; lazy or asynchronous results change);
 - no processes left running: a candidate's children outlive nothing;
+- no work after return: the process is idle in a pause after the last call (a thread
+  left burning CPU, or work done off the clock, shows up);
 - fresh inputs in the same buffers: new values written into the very tensors of the
   previous call must give the new answer (catches caching by shape or by pointer);
 - deterministic: the same inputs in new tensors give bitwise the same outputs.
@@ -32,6 +34,7 @@ __all__ = [
     "SETTLE_SECONDS",
     "aliased_outputs",
     "child_processes",
+    "cpu_while_idle",
     "modified_inputs",
     "snapshot",
     "twin_case",
@@ -40,6 +43,8 @@ __all__ = [
 ]
 
 SETTLE_SECONDS = 0.02
+IDLE_SECONDS = 0.1
+IDLE_CPU_LIMIT = 0.05  # CPU seconds a process may burn while nothing is being asked of it
 TWIN_SEED_OFFSET = 7919
 
 
@@ -88,6 +93,16 @@ def unsettled_outputs(outputs: Mapping[str, torch.Tensor]) -> tuple[str, ...]:
     first = {n: t.detach().clone() for n, t in outputs.items() if isinstance(t, torch.Tensor)}
     time.sleep(SETTLE_SECONDS)
     return tuple(n for n, t in first.items() if not torch.equal(t, outputs[n]))
+
+
+def cpu_while_idle() -> float:
+    """CPU seconds this process (all threads) uses during a pause with no call running.
+
+    An honest kernel is idle between calls (thread pools spin only briefly); a thread
+    left working, or a cheat doing work "off the clock", shows here."""
+    before = time.process_time()
+    time.sleep(IDLE_SECONDS)
+    return time.process_time() - before
 
 
 def child_processes() -> list[int]:

@@ -99,13 +99,14 @@ class Distribution:
     ``gate_divisor`` n gives g = logsigmoid(randn) / n: n = 0.1 is strong decay (about -7
     per token), n = 10 is weak. ``gate_zero_prob`` masks gates to exactly zero.
     ``beta`` picks sigmoid(randn) or values pinned near 0 or 1; ``magnitude`` scales v and
-    the initial state.
+    the initial state; ``scale`` is passed to the kernel (fla tests 1 and 0.1 too).
     """
 
     gate_divisor: float = 1.0
     gate_zero_prob: float = 0.0
     beta: Literal["sigmoid", "near0", "near1"] = "sigmoid"
     magnitude: float = 1.0
+    scale: float | None = None  # the attention scale; None: the default K ** -0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +185,13 @@ class Workload(ABC):
     @abstractmethod
     def validation_cases(self) -> list[Case]:
         """The built-in validation corpus: small cases that cover the edge conditions."""
+
+    def call_lean(self, forward: Forward, inputs: Inputs) -> Outputs | None:
+        """Call without the optional outputs (e.g. no final state); None: no such call.
+
+        Verification runs it too, so a kernel that breaks when an optional output is not
+        requested (a NULL pointer it writes anyway) is caught."""
+        return None
 
     def wrap_c(self, function: CFunction, *, fill_outputs: bool = True) -> Forward:
         """Adapt a compiled ``c_symbol`` to the Python signature (sets argtypes).

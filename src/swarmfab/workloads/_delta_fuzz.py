@@ -35,6 +35,7 @@ def _draw_distribution(rng: random.Random) -> Distribution:
         gate_zero_prob=rng.choice((0.0, 0.0, 0.5)),
         beta=rng.choice(("sigmoid", "sigmoid", "near0", "near1")),
         magnitude=rng.choice((1.0, 1.0, 100.0)),
+        scale=rng.choice((None, None, 1.0, 0.1)),
     )
 
 
