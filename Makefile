@@ -30,8 +30,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 
+# the standard KDA CPU shapes (B,T,H,K,V), decode with a state last
+BENCH_SHAPES := --shape 1,4096,16,128,128 --shape 2,1024,16,128,128 --shape 1,8192,8,128,128 \
+	--shape 4,2048,4,64,64 --shape 64,1,16,128,128+h0
+
 bench: $(STAMP)
-	$(BIN)/swarmfab bench kda
+	$(BIN)/swarmfab bench kda --candidate default $(BENCH_SHAPES)
 
 clean:
 	rm -rf $(VENV) .swarmfab out .pytest_cache .mypy_cache .ruff_cache

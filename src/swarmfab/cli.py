@@ -203,12 +203,15 @@ def _candidate_from_file(workload: str, file: Path, backend: str | None = None) 
 def _parse_shape(text: str) -> Any:
     from swarmfab.goal import ShapeSpec
 
+    sizes, with_state = text.removesuffix("+h0"), text.endswith("+h0")
     try:
-        numbers = [int(part) for part in text.split(",")]
+        numbers = [int(part) for part in sizes.split(",")]
         b, t, h, k, v, *rest = numbers
-        return ShapeSpec(B=b, T=t, H=h, K=k, V=v, HV=rest[0] if rest else None).to_shape()
+        return ShapeSpec(B=b, T=t, H=h, K=k, V=v, HV=rest[0] if rest else None,
+                         initial_state=with_state).to_shape()
     except (ValueError, TypeError) as exc:
-        raise GoalError(f"--shape {text!r}: expected B,T,H,K,V[,HV] as positive integers") from exc
+        raise GoalError(f"--shape {text!r}: expected B,T,H,K,V[,HV][+h0] as positive integers "
+                        "(+h0: start from an initial state)") from exc
 
 
 @app.command()
@@ -216,9 +219,11 @@ def _parse_shape(text: str) -> Any:
 def bench(
     workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
     candidate: Annotated[str | None, typer.Option(
-        help="A candidate file, or 'champion' for the champion of --run.")] = None,
+        help="A candidate file, 'champion' (of --run, default latest) or 'default' "
+             "(the design space's starting point).")] = None,
     run_id: Annotated[str | None, typer.Option("--run", help="Run whose champion to use.")] = None,
-    shape: Annotated[list[str] | None, typer.Option(help="B,T,H,K,V[,HV]; repeatable.")] = None,
+    shape: Annotated[list[str] | None, typer.Option(
+        help="B,T,H,K,V[,HV][+h0] (+h0: with an initial state); repeatable.")] = None,
     db: DbOption = str(DEFAULT_DB),
     as_json: JsonOption = False,
     threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
@@ -240,8 +245,7 @@ def bench(
     evaluator.peaks = host_peaks(store, goal.threads, evaluator.limits)
     contenders = []
     if candidate is not None:
-        chosen = (store.candidate(store.run(run_id).champion_id or "")
-                  if candidate == "champion" else _candidate_from_file(workload, Path(candidate)))
+        chosen = _bench_candidate(store, workload, candidate, run_id, goal.threads)
         verdict = evaluator.verify(chosen)
         if verdict.status.value != "accepted":
             errors.print(f"[red]the candidate is not verified:[/] {verdict.reason}")
@@ -258,6 +262,22 @@ def bench(
         title = (f"{workload}: side by side, {goal.threads} thread(s), "
                  f"{'cold' if cold else 'warm'} cache")
         console.print(bench_table(tables, title))
+
+
+def _bench_candidate(store: Store, workload: str, which: str, run_id: str | None,
+                     threads: int) -> Any:
+    from swarmfab.errors import StoreError
+    from swarmfab.kernels import design_space
+
+    if which == "default":
+        space = design_space(workload)
+        return space.instantiate(space.default(), threads=threads)
+    if which == "champion":
+        record = store.run(run_id)
+        if record.champion_id is None:
+            raise StoreError(f"run {record.id} has no champion")
+        return store.candidate(record.champion_id)
+    return _candidate_from_file(workload, Path(which))
 
 
 def _side_json(table: Any) -> dict[str, Any]:

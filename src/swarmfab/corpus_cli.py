@@ -73,7 +73,7 @@ def show_case(
 @corpus_app.command("add")
 def add_case(
     workload: Annotated[str, typer.Argument(help="Workload name.")],
-    shape: Annotated[str, typer.Option(help="B,T,H,K,V[,HV]")],
+    shape: Annotated[str, typer.Option(help="B,T,H,K,V[,HV][+h0]")],
     name: Annotated[str | None, typer.Option(help="Case name (default: from the shape).")] = None,
     initial_state: Annotated[bool, typer.Option(help="Start from a random state.")] = False,
     gate_divisor: Annotated[float, typer.Option(help="g = logsigmoid(randn) / n.")] = 1.0,
@@ -89,7 +89,8 @@ def add_case(
     try:
         get_workload(workload)
         parsed = _parse_shape(shape)
-        parsed = type(parsed)(**{**_fields(parsed), "initial_state": initial_state})
+        parsed = type(parsed)(**{**_fields(parsed),
+                                 "initial_state": initial_state or parsed.initial_state})
         if beta not in ("sigmoid", "near0", "near1"):
             raise GoalError(f"--beta {beta!r}: allowed values are sigmoid, near0, near1")
         if gate_divisor <= 0 or not 0 <= gate_zero_prob <= 1:
