@@ -113,24 +113,27 @@ class Store:
                 raise StoreError(f"no run {run_id!r}")
             run.status, run.summary, run.finished_at = status, summary, datetime.now(UTC)
 
+    @staticmethod
+    def _judged(s: Session, run_id: str, candidate_id: str, action: str
+                ) -> tuple[RunRow, VerdictRow]:
+        """A run and a candidate's verdict in it, or a StoreError naming ``action``."""
+        run = s.get(RunRow, run_id)
+        verdict = s.scalar(select(VerdictRow).where(
+            VerdictRow.run_id == run_id, VerdictRow.candidate_id == candidate_id))
+        if run is None or verdict is None:
+            raise StoreError(f"cannot {action} {candidate_id}: no verdict in run {run_id}")
+        return run, verdict
+
     def set_champion(self, run_id: str, candidate_id: str) -> None:
         with self.session() as s:
-            run = s.get(RunRow, run_id)
-            verdict = s.scalar(select(VerdictRow).where(
-                VerdictRow.run_id == run_id, VerdictRow.candidate_id == candidate_id))
-            if run is None or verdict is None:
-                raise StoreError(f"cannot crown {candidate_id}: no verdict in run {run_id}")
+            run, verdict = self._judged(s, run_id, candidate_id, "crown")
             run.champion_id = candidate_id
             verdict.became_champion = True
 
     def demote(self, run_id: str, candidate_id: str, reason: str) -> None:
         """A champion failed a newer check: record why, and leave the run without one."""
         with self.session() as s:
-            run = s.get(RunRow, run_id)
-            verdict = s.scalar(select(VerdictRow).where(
-                VerdictRow.run_id == run_id, VerdictRow.candidate_id == candidate_id))
-            if run is None or verdict is None:
-                raise StoreError(f"cannot demote {candidate_id}: no verdict in run {run_id}")
+            run, verdict = self._judged(s, run_id, candidate_id, "demote")
             verdict.demoted = reason
             if run.champion_id == candidate_id:
                 run.champion_id = None
