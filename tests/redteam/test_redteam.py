@@ -133,9 +133,9 @@ CATALOGUE: list[Row] = [
         "C kernel runs Python in the worker: torch.equal -> True, then zeroes v"),
     Row("py_swaps_verified_function.py", ("(optional outputs not requested)",),
         "forward returns zeros; the worker's _call is patched to run honest math instead"),
-    # -- holes: accepted today ------------------------------------------------------
-    Row("c_sampled_memo.c", (), "cache keyed by pointers + a dozen sampled input values",
-        hole="the fresh-inputs probe rewrites every element, so sampled keys change"),
+    Row("c_sampled_memo.c", ("(one element of each input nudged)", "o matches reference"),
+        "cache keyed by pointers + a dozen sampled input values (one element of every "
+        "input is now nudged in the same buffers)"),
 ]
 
 

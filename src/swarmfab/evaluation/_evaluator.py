@@ -242,7 +242,18 @@ class Evaluator:
         twin = probes.twin_case(case)
         checks += compare_outputs(twin.name, run.twin_outputs, self.reference(twin),
                                   self.tolerances)
+        if run.nudged_outputs is not None:
+            checks += compare_outputs(f"{case.name} (one element of each input nudged)",
+                                      run.nudged_outputs, self._nudged_reference(case),
+                                      self.tolerances)
         return checks
+
+    def _nudged_reference(self, case: Case) -> Outputs:
+        """The twin case's inputs with one element of each nudged (as the worker did)."""
+        twin = self.workload.make_inputs(probes.twin_case(case))
+        inputs = probes.nudged(twin, probes.nudge_seed(case))
+        with torch.no_grad():
+            return self.workload.reference(inputs)
 
     def _target_checks(self, case: Case, run: ShapeRun) -> list[CheckResult]:
         if run.error is not None or run.outputs is None:

@@ -51,6 +51,7 @@ class CaseRun:
     outputs: dict[str, torch.Tensor] | None = None
     twin_outputs: dict[str, torch.Tensor] | None = None
     lean_outputs: dict[str, torch.Tensor] | None = None
+    nudged_outputs: dict[str, torch.Tensor] | None = None
     error: str | None = None
     findings: dict[str, str] = field(default_factory=dict)
 
@@ -118,11 +119,14 @@ def _probe_case(workload: Workload, forward: Forward, case: Case) -> CaseRun:
     twin = workload.make_inputs(probes.twin_case(case))
     probes.write_into(inputs, twin)  # same tensors, new values
     twin_outputs = _detached(_call(workload, forward, inputs))
+    probes.write_into(inputs, probes.nudged(twin, probes.nudge_seed(case)))  # same buffers
+    nudged_outputs = _detached(_call(workload, forward, inputs))
     again = _detached(_call(workload, forward, probes.snapshot(twin)))  # new tensors
     same = all(torch.equal(again[n], twin_outputs[n]) for n in twin_outputs)
     findings["deterministic"] = "" if same else "the same inputs gave different outputs"
     return CaseRun(case.name, outputs=first, twin_outputs=twin_outputs,
-                   lean_outputs=None if lean is None else _detached(lean), findings=findings)
+                   lean_outputs=None if lean is None else _detached(lean),
+                   nudged_outputs=nudged_outputs, findings=findings)
 
 
 def _names(names: tuple[str, ...], what: str) -> str:

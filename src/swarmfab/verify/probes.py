@@ -13,7 +13,9 @@ known exploit:
   left burning CPU, or work done off the clock, shows up);
 - fresh inputs in the same buffers: new values written into the very tensors of the
   previous call must give the new answer (catches caching by shape or by pointer);
-- deterministic: the same inputs in new tensors give bitwise the same outputs.
+- deterministic: the same inputs in new tensors give bitwise the same outputs;
+- a nudged input: one element of every input halved in place must change the answer
+  accordingly (catches caches keyed on a sample of the inputs).
 NaN-filled output buffers (every element must be written) are set by the workload's C
 wrapper, and impossible speed is judged against the roofline by the evaluator.
 """
@@ -36,6 +38,8 @@ __all__ = [
     "child_processes",
     "cpu_while_idle",
     "modified_inputs",
+    "nudge_seed",
+    "nudged",
     "snapshot",
     "twin_case",
     "unsettled_outputs",
@@ -52,6 +56,24 @@ def twin_case(case: Case) -> Case:
     """Same shape and distribution, other values: used to refill the same buffers."""
     return dataclasses.replace(case, name=f"{case.name} (fresh inputs, same buffers)",
                                seed=case.seed + TWIN_SEED_OFFSET)
+
+
+def nudged(inputs: Inputs, seed: int) -> dict[str, torch.Tensor | float | None]:
+    """A copy of ``inputs`` with one element of every float tensor halved, at positions
+    drawn from ``seed``: a kernel that keys a cache on a sample of its inputs misses the
+    change and answers the old question."""
+    gen = torch.Generator().manual_seed(seed)
+    copy = snapshot(inputs)
+    for value in copy.values():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
+            flat = value.view(-1)
+            index = int(torch.randint(flat.numel(), (1,), generator=gen))
+            flat[index] = flat[index] * 0.5
+    return copy
+
+
+def nudge_seed(case: Case) -> int:
+    return (case.seed * 48271 + 11) % 2**31
 
 
 def snapshot(values: Inputs) -> dict[str, torch.Tensor | float | None]:
