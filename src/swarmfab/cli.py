@@ -116,12 +116,21 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None) -> None:
     from swarmfab.agents.builtin import RestartAgent, domain_agents
     from swarmfab.kernels import design_space
     from swarmfab.report import run_table
+    from swarmfab.report.progress import LiveProgress
     from swarmfab.swarm import Run
 
     space = design_space(goal.workload)
-    result = Run(goal, store, _evaluator(goal, workdir, store), space, domain_agents(space.knobs),
-                 workdir, log=lambda line: console.print(line, highlight=False),
-                 fallback=RestartAgent()).execute(resume)
+    evaluator = _evaluator(goal, workdir, store)
+
+    def execute(log: Callable[[str], None], observer: Callable[[Any], None] | None) -> Any:
+        return Run(goal, store, evaluator, space, domain_agents(space.knobs), workdir,
+                   log=log, fallback=RestartAgent(), observer=observer).execute(resume)
+
+    if console.is_terminal:  # a live panel; pipes and CI get plain lines
+        with LiveProgress(console) as live:
+            result = execute(live.log, live.update)
+    else:
+        result = execute(lambda line: console.print(line, highlight=False), None)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts.items()))
     console.print(
         f"run {result.run_id} {result.status}: {result.evaluations} evaluations ({counts})"

@@ -25,6 +25,7 @@ from swarmfab.measure import CONFIRMATION, TimingPolicy
 from swarmfab.records import Candidate, Status, Verdict
 from swarmfab.swarm.gate import judge
 from swarmfab.swarm.hosts import host_peaks
+from swarmfab.swarm.status import RunStatus, StatusTracker
 from swarmfab.swarm.supervisor import Supervisor
 from swarmfab.verify import draw_cases
 from swarmfab.workloads import Case
@@ -55,11 +56,13 @@ class Run:
     def __init__(
         self, goal: Goal, store: Store, evaluator: Evaluator, space: DesignSpace,
         agents: Sequence[Agent], workdir: Path, log: Callable[[str], None] = print,
-        fallback: Agent | None = None,
+        fallback: Agent | None = None, observer: Callable[[RunStatus], None] | None = None,
     ):
         self.goal, self.store, self.evaluator, self.space = goal, store, evaluator, space
         self.agents, self.workdir, self._log = list(agents), workdir, log
         self.fallback = fallback  # asked only when every agent is out of proposals
+        self.observer = observer  # live displays get snapshots, never the run itself
+        self.tracker = StatusTracker(goal.budget_s)
         self.rng = random.Random(goal.seed)
         self.champion: Candidate | None = None
         self.incumbents: dict[str, Implementation] = {}
@@ -74,6 +77,14 @@ class Run:
     def log(self, line: str) -> None:
         self._log(f"{time.monotonic() - self._started:6.1f}s {line}")
 
+    def _phase(self, phase: str) -> None:
+        self.tracker.phase = phase
+        self._observe()
+
+    def _observe(self) -> None:
+        if self.observer is not None:
+            self.observer(self.tracker.snapshot())
+
     def execute(self, resume: str | None = None) -> RunResult:
         """Run the goal (or continue run ``resume``) until the budget is spent.
 
@@ -81,14 +92,16 @@ class Run:
         run is marked ``interrupted``; ``resume`` continues it without re-evaluating.
         """
         started = self._started = time.monotonic()
-        run_id = self._open(resume)
+        run_id = self.tracker.run_id = self._open(resume)
         status, final, champion_dir = "interrupted", [], None
         baselines: list[str] = []
         try:
             baselines = self._prepare()
             deadline = started + self.goal.budget_s * (1 - FINAL_SHARE)
+            self._phase("searching")
             self._search(run_id, deadline)
             if self.champion is not None:
+                self._phase("confirming the champion side by side")
                 self.log("search over: timing the champion and the baselines side by side")
                 champion_dir = self._write_champion(run_id)
                 final = self.evaluator.side_by_side(
@@ -102,6 +115,7 @@ class Run:
                      f"`swarmfab resume {run_id}`")
         finally:
             self.store.finish_run(run_id, status, _summary(self.champion, final, champion_dir))
+            self._phase(status)
         return RunResult(run_id, self.champion, champion_dir, self.evaluations,
                          self.store.status_counts(run_id), final, baselines, status)
 
@@ -126,12 +140,14 @@ class Run:
 
     def _prepare(self) -> list[str]:
         """References, host peaks and the baselines' timing: before any candidate runs."""
+        self._phase("computing references and host peaks")
         self.evaluator.prepare()
         self.evaluator.peaks = host_peaks(self.store, self.goal.threads, self.evaluator.limits,
                                           refresh=True)
         peaks = self.evaluator.peaks
         self.log(f"host peaks: {peaks.flops_per_s / 1e9:.0f} GFLOP/s float32 GEMM, "
                  f"{peaks.bytes_per_s / 1e9:.1f} GB/s copy ({self.goal.threads} threads)")
+        self._phase("timing the baselines")
         baselines = self._calibrate()
         if self.champion is not None:  # a resumed run's champion is the incumbent again
             self._make_incumbent(self.champion)
@@ -159,9 +175,13 @@ class Run:
                 self.log("every agent is out of proposals: the space is exhausted")
                 break
             agent, candidate = proposal
+            self.tracker.activity[agent.id] = f"{candidate.id[:10]}: evaluating"
+            self._observe()
             promoted = self._evaluate(run_id, candidate, self.evaluations + 1)
             self.evaluations += 1
+            self.tracker.evaluated(agent.id, candidate.id, self.recent[-1], promoted)
             self._supervise(run_id, agent, promoted)
+            self._observe()
 
     def _next_proposal(self, context: Context) -> tuple[Agent, Candidate] | None:
         """Ask agents in turn (skipping benched ones); the fallback when all are dry or
@@ -236,6 +256,7 @@ class Run:
             self.log(f"champion {self.champion.id[:10]} demoted: {reason}")
             self.champion = None
             self.incumbents = dict(self.baseline_incumbents)
+            self.tracker.demoted()
 
     def _crown(self, run_id: str, candidate: Candidate) -> None:
         self.champion = candidate
