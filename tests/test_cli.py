@@ -255,3 +255,16 @@ def test_bench_rejects_a_malformed_shape(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "B,T,H,K,V" in result.output
     assert "Traceback" not in result.output
+
+
+def test_an_unwritable_build_cache_is_a_clear_error_not_a_verdict(
+    tmp_path: Path, write_file: Callable[[str, str], Path]
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the work directory should be")
+    source = "def forward(*args, **kwargs):\n    return None, None\n"
+    result = invoke("verify", "kda", write_file("c.py", source), "--workdir", blocker / "wd",
+                    "--db", tmp_path / "x.db")
+    assert result.exit_code == 1
+    assert "cannot write the build cache" in result.output
+    assert "Traceback" not in result.output

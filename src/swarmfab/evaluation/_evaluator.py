@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from swarmfab.backends import Artifact, get_backend
-from swarmfab.errors import BuildError, MeasurementError
+from swarmfab.errors import BuildError, MeasurementError, SandboxError
 from swarmfab.evaluation._worker import (
     CaseRun,
     Implementation,
@@ -111,7 +111,13 @@ class Evaluator:
 
     # -- one candidate -------------------------------------------------------------
     def build(self, candidate: Candidate) -> Artifact:
-        return get_backend(candidate.backend).build(candidate, self.cache_dir)
+        """Build (or reuse) a candidate; a cache that cannot be written is the platform's
+        problem, not the candidate's, so it raises instead of becoming a verdict."""
+        try:
+            return get_backend(candidate.backend).build(candidate, self.cache_dir)
+        except OSError as exc:
+            raise SandboxError(f"cannot write the build cache under {self.cache_dir}: "
+                               f"{exc.strerror or exc} (is the disk full?)") from exc
 
     def verify(self, candidate: Candidate, cases: Sequence[Case] | None = None) -> Verdict:
         """Build and check on ``cases`` (default: the corpus), without timing."""

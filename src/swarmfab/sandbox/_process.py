@@ -35,6 +35,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from swarmfab.errors import SandboxError
 from swarmfab.sandbox._isolation import (
     confine_filesystem,
     drop_privileges,
@@ -157,13 +158,19 @@ def run_job(
     so the job can read them whatever the permissions of their original location.
     """
     limits = limits or Limits()
-    workdir = Path(tempfile.mkdtemp(prefix="swarmfab-job-"))
+    try:
+        workdir = Path(tempfile.mkdtemp(prefix="swarmfab-job-"))
+    except OSError as exc:
+        raise SandboxError(f"cannot create a job directory in {tempfile.gettempdir()}: "
+                           f"{exc.strerror} (is the disk full?)") from exc
     try:
         for relative, source in (stage or {}).items():
             target = workdir / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
         return _supervise(job, args, limits, workdir)
+    except OSError as exc:
+        raise SandboxError(f"cannot stage files for a job in {workdir}: {exc}") from exc
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from swarmfab.agents import Agent, Context
 from swarmfab.backends import get_backend
+from swarmfab.errors import StoreError, SwarmfabError
 from swarmfab.evaluation import Evaluator, Implementation, SideBySide
 from swarmfab.goal import Goal
 from swarmfab.kernels import DesignSpace
@@ -113,11 +114,22 @@ class Run:
         except KeyboardInterrupt:
             self.log(f"interrupted: everything so far is recorded; continue with "
                      f"`swarmfab resume {run_id}`")
+        except SwarmfabError:
+            status = "failed"  # the platform, not a candidate: the CLI reports the error
+            raise
         finally:
-            self.store.finish_run(run_id, status, _summary(self.champion, final, champion_dir))
-            self._phase(status)
+            self._close(run_id, status, _summary(self.champion, final, champion_dir))
         return RunResult(run_id, self.champion, champion_dir, self.evaluations,
                          self.store.status_counts(run_id), final, baselines, status)
+
+    def _close(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
+        """Record how the run ended; a store that cannot take it (full disk) is logged,
+        not raised over the error that ended the run."""
+        try:
+            self.store.finish_run(run_id, status, summary)
+        except StoreError as exc:
+            self.log(f"could not record the end of run {run_id}: {exc}")
+        self._phase(status)
 
     # -- phases --------------------------------------------------------------------
     def _open(self, resume: str | None) -> str:
