@@ -213,7 +213,7 @@ class Evaluator:
         self, candidate: Candidate, artifact: Artifact, started: float, cases: list[Case]
     ) -> Verdict:
         salt = secrets.randbelow(2**31)
-        cases = [dataclasses.replace(c, seed=_salted_seed(c.seed, salt)) for c in cases]
+        cases = [_with_salt(case, salt) for case in cases]
         self._last_cases = cases
         staged = Artifact(artifact.backend, Path("artifacts/candidate") / artifact.path.name)
         outcome = run_job(run_cases, self._job_workload, staged, cases, self.threads,
@@ -354,3 +354,11 @@ def _staged(
 
 def _salted_seed(seed: int, salt: int) -> int:
     return (seed * 1_000_003 + salt) % 2**31
+
+
+def _with_salt(case: Case, salt: int) -> Case:
+    """Built-in cases and fresh fuzz draws get secret seeds; stored cases (a user's, or a
+    counterexample kept with the exact seed that broke a candidate) replay exactly."""
+    if case.origin not in ("builtin", "fuzz"):
+        return case
+    return dataclasses.replace(case, seed=_salted_seed(case.seed, salt))

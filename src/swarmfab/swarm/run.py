@@ -1,4 +1,7 @@
-"""The run loop: propose, claim, evaluate, gate, record; until the budget is spent.
+"""The run loop: propose, evaluate, gate, record; until the budget is spent.
+
+Agents never propose a candidate that already has a verdict in the run (they see the
+judged ids in their context), and the store's unique (run, candidate) index backs that.
 
 One direction of calls: the loop asks agents for proposals, the evaluator for verdicts,
 the gate for decisions and the store to remember. Agents, evaluator and store never call
