@@ -7,7 +7,7 @@ from pathlib import Path
 from swarmfab.backends._base import Artifact, Backend
 from swarmfab.backends.c import CBackend, host_isa
 from swarmfab.backends.gpu import CudaBackend, TritonBackend, cuda_device_available
-from swarmfab.backends.python import PythonBackend
+from swarmfab.backends.python import NumbaBackend, PythonBackend
 from swarmfab.errors import CandidateError
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "Backend",
     "CBackend",
     "CudaBackend",
+    "NumbaBackend",
     "PythonBackend",
     "TritonBackend",
     "backend_for_file",
@@ -25,7 +26,8 @@ __all__ = [
 ]
 
 _BACKENDS: dict[str, type[Backend]] = {
-    "c": CBackend, "python": PythonBackend, "cuda": CudaBackend, "triton": TritonBackend,
+    "c": CBackend, "python": PythonBackend, "numba": NumbaBackend, "cuda": CudaBackend,
+    "triton": TritonBackend,
 }
 _SUFFIXES = {".c": "c", ".py": "python", ".cu": "cuda"}
 

@@ -13,7 +13,7 @@ from swarmfab.errors import BuildError, CandidateError
 from swarmfab.records import Candidate
 from swarmfab.workloads import Forward, Workload
 
-__all__ = ["PythonBackend"]
+__all__ = ["NumbaBackend", "PythonBackend"]
 
 
 class PythonBackend(Backend):
@@ -53,3 +53,19 @@ class PythonBackend(Backend):
         if not callable(forward):
             raise CandidateError("the candidate file does not define a callable `forward`")
         return forward
+
+
+class NumbaBackend(PythonBackend):
+    """A Python file whose ``forward`` uses Numba; JIT compilation happens in the worker.
+
+    Building checks the syntax and that Numba is importable here, so a host without it
+    gets a build failure that says so instead of a crash inside the sandbox.
+    """
+
+    name = "numba"
+
+    def build(self, candidate: Candidate, cache_dir: Path) -> Artifact:
+        if importlib.util.find_spec("numba") is None:
+            raise BuildError("numba is not installed: `pip install numba` to use this backend")
+        artifact = super().build(candidate, cache_dir)
+        return Artifact(self.name, artifact.path, artifact.cached)
