@@ -237,6 +237,9 @@ def bench(
     as_json: JsonOption = False,
     threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
     cold: Annotated[bool, typer.Option(help="Flush the caches before every sample.")] = False,
+    baseline: Annotated[list[str] | None, typer.Option(
+        help="Baselines to time (repeatable; default: the standard ones; torch-compile "
+             "is opt-in: it compiles for a while in every job).")] = None,
     workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
 ) -> None:
     """Time baselines (and a candidate) side by side: medians, CIs, speedups, roofline."""
@@ -260,7 +263,11 @@ def bench(
             errors.print(f"[red]the candidate is not verified:[/] {verdict.reason}")
             raise typer.Exit(1)
         contenders.append(Implementation("candidate", artifact=evaluator.build(chosen)))
-    names = list(evaluator.workload.baselines())
+    known = evaluator.workload.baselines()
+    names = baseline or evaluator.workload.default_baselines()
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise GoalError(f"--baseline {', '.join(unknown)}: {workload} has {', '.join(known)}")
     contenders += [Implementation(n, baseline=n) for n in names]
     flush = 2 * last_level_cache_bytes() if cold else 0
     tables = evaluator.side_by_side(contenders, dataclasses.replace(CONFIRMATION,

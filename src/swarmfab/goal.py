@@ -83,6 +83,8 @@ class Goal(_Strict):
     dtype: Literal["float32"] = "float32"
     metric: Literal["latency"] = "latency"
     agents: Annotated[list[Literal["builtin"]], Field(min_length=1)] = ["builtin"]
+    # baselines to time (default: the workload's standard ones; "torch-compile" is opt-in)
+    baselines: Annotated[list[str] | None, Field(min_length=1)] = None
     budget_s: Annotated[float, Field(alias="budget")] = 60.0
     max_evaluations: Annotated[int | None, Field(ge=1)] = None
     threads: Annotated[int, Field(ge=1, le=1024)] = Field(
@@ -102,6 +104,15 @@ class Goal(_Strict):
         except WorkloadError as exc:  # pydantic reports ValueErrors against the field
             raise ValueError(str(exc)) from exc
         return name
+
+    @model_validator(mode="after")
+    def _known_baselines(self) -> Goal:
+        known = get_workload(self.workload).baselines()
+        unknown = [name for name in self.baselines or () if name not in known]
+        if unknown:
+            raise ValueError(f"unknown baseline(s) {', '.join(unknown)}; "
+                             f"{self.workload} has {', '.join(known)}")
+        return self
 
     @model_validator(mode="after")
     def _has_shapes(self) -> Goal:

@@ -177,7 +177,8 @@ class Evaluator:
         """Time several implementations together on every target shape (first = reference)."""
         plan, stage = _staged([(case, implementations) for case in self.targets])
         outcome = run_job(benchmark_shapes, self._job_workload, plan, self.threads, policy,
-                          None, limits=self.limits, stage={**stage, **self._stage})
+                          None, limits=self._limits_for(implementations),
+                          stage={**stage, **self._stage})
         if outcome.status is not JobStatus.OK:
             raise MeasurementError(f"side-by-side benchmark failed: {outcome.detail}")
         reference = implementations[0].name
@@ -197,6 +198,16 @@ class Evaluator:
         return tables
 
     # -- helpers -------------------------------------------------------------------
+    def _limits_for(self, implementations: list[Implementation]) -> Limits:
+        """A baseline that compiles at first call (torch.compile) needs to start the
+        compiler and write its large intermediate files; only such jobs get that."""
+        compiling = self.workload.compiling_baselines
+        if not any(impl.baseline in compiling for impl in implementations):
+            return self.limits
+        return dataclasses.replace(self.limits, allow_processes=True,
+                                   file_bytes=max(self.limits.file_bytes, 2**31),
+                                   wall_s=max(self.limits.wall_s, 600.0))
+
     def add_case(self, case: Case) -> None:
         """Grow the corpus: every later verification includes ``case``."""
         if all(existing.name != case.name for existing in self.cases):

@@ -47,7 +47,7 @@ class _ArgCmp(ctypes.Structure):
                 ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
 
 
-def forbid_processes_and_sockets() -> bool:
+def forbid_processes_and_sockets(allow_processes: bool = False) -> bool:
     """A seccomp filter: no new processes (threads allowed), no sockets but Unix ones,
     and none of the calls that could undo the isolation (mounts, namespaces, ptrace,
     identity changes, kernel modules).
@@ -71,11 +71,14 @@ def forbid_processes_and_sockets() -> bool:
     context = lib.seccomp_init(_SCMP_ACT_ALLOW)
     if not context:
         return False
-    rules = [
+    process_rules = [
         ("fork", _scmp_errno(_EPERM), []),
         ("vfork", _scmp_errno(_EPERM), []),
         ("clone", _scmp_errno(_EPERM), [_ArgCmp(0, _SCMP_CMP_MASKED_EQ, _CLONE_THREAD, 0)]),
         ("clone3", _scmp_errno(_ENOSYS), []),
+    ]
+    rules = [
+        *([] if allow_processes else process_rules),
         ("socket", _scmp_errno(_EPERM), [_ArgCmp(0, _SCMP_CMP_NE, _AF_UNIX, 0)]),
         # nothing may undo the isolation set up before the filter
         *[(name, _scmp_errno(_EPERM), []) for name in _ISOLATION_UNDOERS],

@@ -68,6 +68,9 @@ class Limits:
     file_bytes: int = 64 * 2**20  # any file the job writes, its captured output included
     max_processes: int = 256  # threads count too; binds once privileges are dropped
     isolate: bool = True  # no network, unprivileged user (where the OS allows)
+    # compilers that work through subprocesses (torch.compile's inductor) need to start
+    # processes; every other isolation stays, and the whole group is killed at the end
+    allow_processes: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +119,19 @@ def _confine(limits: Limits, workdir: Path, environ: Mapping[str, str]) -> None:
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update(scrubbed_environment(environ))
-    os.environ.update(HOME=str(workdir), TMPDIR=str(workdir))
+    # every cache a library might write goes into the job's own (writable) directory
+    os.environ.update(
+        HOME=str(workdir), TMPDIR=str(workdir), XDG_CACHE_HOME=str(workdir / ".cache"),
+        TORCHINDUCTOR_CACHE_DIR=str(workdir / ".cache" / "inductor"),
+        TRITON_CACHE_DIR=str(workdir / ".cache" / "triton"),
+        NUMBA_CACHE_DIR=str(workdir / ".cache" / "numba"),
+    )
+    tempfile.tempdir = None  # forget a temporary directory chosen before the job
     if limits.isolate:
         isolate_network()
         confine_filesystem(workdir)
         drop_privileges(workdir, limits.max_processes)
-        forbid_processes_and_sockets()
+        forbid_processes_and_sockets(allow_processes=limits.allow_processes)
 
 
 def _child(

@@ -169,13 +169,21 @@ class Run:
         return baselines
 
     def _calibrate(self) -> list[str]:
-        """Time the baselines once; the fastest on each shape is the first incumbent."""
-        names = list(self.evaluator.workload.baselines())
+        """Time the baselines once; the fastest on each shape is the first incumbent.
+
+        Baselines that compile (torch.compile) are timed and shown, but never become the
+        incumbent: candidates are then never timed in a job that may start processes."""
+        workload = self.evaluator.workload
+        compiling = workload.compiling_baselines
+        names = list(self.goal.baselines or workload.default_baselines())
+        if all(name in compiling for name in names):  # someone must be able to be incumbent
+            names += [n for n in workload.default_baselines() if n not in compiling]
+        eligible = [name for name in names if name not in compiling]
         tables = self.evaluator.side_by_side(
             [Implementation(n, baseline=n) for n in names], CALIBRATION
         )
         for table in tables:
-            fastest = min(names, key=lambda n: table.seconds[n].median)
+            fastest = min(eligible, key=lambda n: table.seconds[n].median)
             self.incumbents[table.shape] = Implementation(fastest, baseline=fastest)
             times = ", ".join(f"{n} {table.seconds[n].median * 1e3:.1f} ms" for n in names)
             self.log(f"baselines on {table.shape}: {times}")

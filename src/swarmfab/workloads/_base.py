@@ -165,6 +165,12 @@ class Workload(ABC):
     default_shapes: tuple[AnyShape, ...] = ()
     output_names: tuple[str, ...] = ()
     source_file: str | None = None  # set by swarmfab when loaded from a user's file
+    opt_in_baselines: frozenset[str] = frozenset()  # timed only when asked for by name
+    compiling_baselines: frozenset[str] = frozenset()  # start a compiler when first called
+
+    def default_baselines(self) -> list[str]:
+        """The baselines timed unless the user names others."""
+        return [name for name in self.baselines() if name not in self.opt_in_baselines]
 
     @abstractmethod
     def make_inputs(self, case: Case, dtype: torch.dtype = torch.float32) -> Inputs:

@@ -52,6 +52,8 @@ class GatedDeltaRule(Workload):
     """Shared implementation of KDA and GDN; subclasses set names and the gate layout."""
 
     output_names = ("o", "final_state")
+    opt_in_baselines = frozenset({"torch-compile"})  # compiles for ~10 s per shape and job
+    compiling_baselines = frozenset({"torch-compile"})
     gate_per_channel: bool
     default_shapes = (
         Shape(B=1, T=1024, H=16, HV=16, K=128, V=128),
@@ -164,6 +166,7 @@ class GatedDeltaRule(Workload):
         return {
             "torch-recurrent": functools.partial(_baseline, self, _delta_math.recurrent),
             "torch-chunked": functools.partial(_baseline, self, _delta_math.chunked),
+            "torch-compile": functools.partial(_baseline, self, _compiled_recurrent),
         }
 
     def validation_cases(self) -> list[Case]:
@@ -228,6 +231,14 @@ def _tensors(inputs: Inputs, dtype: torch.dtype) -> list[torch.Tensor | None]:
     names = ("q", "k", "v", "g", "beta", "initial_state")
     values = [inputs[name] for name in names]
     return [None if x is None else x.to(dtype) for x in values]  # type: ignore[union-attr]
+
+
+def _compiled_recurrent(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+    scale: float, initial_state: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    step = _delta_math.compiled_token_step()
+    return _delta_math.recurrent(q, k, v, g, beta, scale, initial_state, step=step)
 
 
 def _baseline(

@@ -8,9 +8,12 @@ shares no code with it and cross-checks it. In float32 they are the PyTorch base
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 
-__all__ = ["chunked", "expand_heads", "recurrent"]
+__all__ = ["chunked", "compiled_token_step", "expand_heads", "recurrent", "token_step"]
 
 
 def expand_heads(x: torch.Tensor, value_heads: int) -> torch.Tensor:
@@ -27,8 +30,12 @@ def recurrent(
     beta: torch.Tensor,
     scale: float,
     initial_state: torch.Tensor | None,
+    step: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token by token: S = diag(exp g) S; S += k (beta (v - S^T k))^T; o = S^T (scale q)."""
+    """Token by token: S = diag(exp g) S; S += k (beta (v - S^T k))^T; o = S^T (scale q).
+
+    ``step`` replaces :func:`token_step` (e.g. by its compiled version)."""
+    step = step or token_step
     batch, steps, value_heads, key_dim = g.shape
     q, k = expand_heads(q, value_heads), expand_heads(k, value_heads)
     value_dim = v.shape[-1]
@@ -39,12 +46,30 @@ def recurrent(
     )
     out = torch.empty_like(v)
     for t in range(steps):
-        state = state * g[:, t].exp().unsqueeze(-1)
-        predicted = torch.einsum("bhk,bhkv->bhv", k[:, t], state)
-        update = beta[:, t].unsqueeze(-1) * (v[:, t] - predicted)
-        state = state + k[:, t].unsqueeze(-1) * update.unsqueeze(-2)
-        out[:, t] = torch.einsum("bhk,bhkv->bhv", q[:, t] * scale, state)
+        state, out[:, t] = step(state, q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t], scale)
     return out, state
+
+
+def token_step(
+    state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+    beta: torch.Tensor, scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token for every (batch, value head): the state after it, and the output."""
+    state = state * g.exp().unsqueeze(-1)
+    predicted = torch.einsum("bhk,bhkv->bhv", k, state)
+    update = beta.unsqueeze(-1) * (v - predicted)
+    state = state + k.unsqueeze(-1) * update.unsqueeze(-2)
+    return state, torch.einsum("bhk,bhkv->bhv", q * scale, state)
+
+
+@functools.cache
+def compiled_token_step() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """``token_step`` through torch.compile, what a user reaches for next. Compiling
+    starts a C++ compiler (a subprocess), so jobs timing it must allow processes."""
+    import torch._inductor.config as inductor
+
+    inductor.compile_threads = 1  # no pool of compile workers on a small machine
+    return torch.compile(token_step, dynamic=False)
 
 
 def chunked(
