@@ -156,7 +156,7 @@ def verify(
     threads: Annotated[int | None, typer.Option(help="Threads for the candidate.")] = None,
     fuzz: Annotated[int, typer.Option(help="Random cases added to the corpus cases.")] = 8,
     backend: Annotated[str | None, typer.Option(
-        help="c, python, numba, cuda or triton (default: from the suffix).")] = None,
+        help="c, python, numba, torch-compile, cuda or triton (default: from the suffix).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the fuzzing draws.")] = 0,
     db: DbOption = str(DEFAULT_DB),
     workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),

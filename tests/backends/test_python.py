@@ -50,3 +50,27 @@ def test_backend_lookup_by_name_and_suffix() -> None:
         backend_for_file(Path("x.f90"))
     with pytest.raises(CandidateError, match="unknown backend"):
         get_backend("fortran")
+
+
+def test_the_torch_compile_backend_compiles_forward_and_may_start_processes(
+    tmp_path: Path,
+) -> None:
+    from swarmfab.backends import TorchCompileBackend
+    from swarmfab.records import Candidate
+    from swarmfab.workloads import Case, Shape, get_workload
+
+    source = (
+        "from swarmfab.workloads import _delta_math\n"
+        "def forward(q, k, v, g, beta, scale=None, initial_state=None,"
+        " output_final_state=False):\n"
+        "    o, s = _delta_math.recurrent(q, k, v, g, beta, q.shape[-1] ** -0.5, initial_state)\n"
+        "    return o, s\n"
+    )
+    backend = TorchCompileBackend()
+    assert backend.needs_processes
+    candidate = Candidate("kda", "torch-compile", {"c.py": source}, "c.py")
+    kda = get_workload("kda")
+    forward = backend.load(backend.build(candidate, tmp_path), kda, fill_outputs=True)
+    inputs = kda.make_inputs(Case("x", Shape(1, 3, 1, 1, 8, 8)))
+    outputs, reference = kda.call(forward, inputs), kda.reference(inputs)
+    assert float((outputs["o"].double() - reference["o"]).abs().max()) < 1e-5

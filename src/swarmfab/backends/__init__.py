@@ -7,7 +7,7 @@ from pathlib import Path
 from swarmfab.backends._base import Artifact, Backend
 from swarmfab.backends.c import CBackend, host_isa
 from swarmfab.backends.gpu import CudaBackend, TritonBackend, cuda_device_available
-from swarmfab.backends.python import NumbaBackend, PythonBackend
+from swarmfab.backends.python import NumbaBackend, PythonBackend, TorchCompileBackend
 from swarmfab.errors import CandidateError
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "CudaBackend",
     "NumbaBackend",
     "PythonBackend",
+    "TorchCompileBackend",
     "TritonBackend",
     "backend_for_file",
     "backend_names",
@@ -26,8 +27,8 @@ __all__ = [
 ]
 
 _BACKENDS: dict[str, type[Backend]] = {
-    "c": CBackend, "python": PythonBackend, "numba": NumbaBackend, "cuda": CudaBackend,
-    "triton": TritonBackend,
+    "c": CBackend, "python": PythonBackend, "numba": NumbaBackend,
+    "torch-compile": TorchCompileBackend, "cuda": CudaBackend, "triton": TritonBackend,
 }
 _SUFFIXES = {".c": "c", ".py": "python", ".cu": "cuda"}
 

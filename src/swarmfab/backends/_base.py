@@ -30,6 +30,9 @@ class Backend(ABC):
     """Build and load candidates of one kind (C, Python, ...)."""
 
     name: str
+    # True when loading or first calling starts a compiler process (torch.compile): jobs
+    # running such candidates may start processes; every other isolation stays
+    needs_processes: bool = False
 
     @abstractmethod
     def build(self, candidate: Candidate, cache_dir: Path) -> Artifact:

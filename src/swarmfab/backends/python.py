@@ -13,7 +13,7 @@ from swarmfab.errors import BuildError, CandidateError
 from swarmfab.records import Candidate
 from swarmfab.workloads import Forward, Workload
 
-__all__ = ["NumbaBackend", "PythonBackend"]
+__all__ = ["NumbaBackend", "PythonBackend", "TorchCompileBackend"]
 
 
 class PythonBackend(Backend):
@@ -69,3 +69,26 @@ class NumbaBackend(PythonBackend):
             raise BuildError("numba is not installed: `pip install numba` to use this backend")
         artifact = super().build(candidate, cache_dir)
         return Artifact(self.name, artifact.path, artifact.cached)
+
+
+class TorchCompileBackend(PythonBackend):
+    """A Python file whose ``forward`` is run through ``torch.compile`` by swarmfab.
+
+    Inductor compiles with a C++ compiler in a subprocess, so these candidates run in
+    jobs that may start processes (still confined to their directory, without network).
+    """
+
+    name = "torch-compile"
+    needs_processes = True
+
+    def build(self, candidate: Candidate, cache_dir: Path) -> Artifact:
+        artifact = super().build(candidate, cache_dir)
+        return Artifact(self.name, artifact.path, artifact.cached)
+
+    def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
+        import torch
+        import torch._inductor.config as inductor
+
+        inductor.compile_threads = 1
+        forward = super().load(artifact, workload, fill_outputs=fill_outputs)
+        return torch.compile(forward)  # recompiles for new shapes, then goes dynamic

@@ -147,9 +147,10 @@ class Evaluator:
             return verdict
         mine = Implementation("candidate", artifact=artifact)
         plan = [(case, [incumbents[case.shape.label], mine]) for case in self.targets]
+        limits = self._limits_for([impl for _, impls in plan for impl in impls])
         plan, stage = _staged(plan)
         outcome = run_job(benchmark_shapes, self._job_workload, plan, self.threads, self.policy,
-                          "candidate", limits=self.limits, stage={**stage, **self._stage})
+                          "candidate", limits=limits, stage={**stage, **self._stage})
         if outcome.status is not JobStatus.OK:
             return _job_failed(candidate, outcome, "benchmark", started, verdict.checks)
         checks = list(verdict.checks)
@@ -175,10 +176,10 @@ class Evaluator:
         self, implementations: list[Implementation], policy: TimingPolicy = CONFIRMATION
     ) -> list[SideBySide]:
         """Time several implementations together on every target shape (first = reference)."""
+        limits = self._limits_for(implementations)
         plan, stage = _staged([(case, implementations) for case in self.targets])
         outcome = run_job(benchmark_shapes, self._job_workload, plan, self.threads, policy,
-                          None, limits=self._limits_for(implementations),
-                          stage={**stage, **self._stage})
+                          None, limits=limits, stage={**stage, **self._stage})
         if outcome.status is not JobStatus.OK:
             raise MeasurementError(f"side-by-side benchmark failed: {outcome.detail}")
         reference = implementations[0].name
@@ -199,10 +200,12 @@ class Evaluator:
 
     # -- helpers -------------------------------------------------------------------
     def _limits_for(self, implementations: list[Implementation]) -> Limits:
-        """A baseline that compiles at first call (torch.compile) needs to start the
-        compiler and write its large intermediate files; only such jobs get that."""
+        """A baseline or candidate that compiles at first call (torch.compile) needs to
+        start the compiler and write large intermediate files; only such jobs get that."""
         compiling = self.workload.compiling_baselines
-        if not any(impl.baseline in compiling for impl in implementations):
+        if not any(impl.baseline in compiling or (
+                impl.artifact is not None and get_backend(impl.artifact.backend).needs_processes)
+                for impl in implementations):
             return self.limits
         return dataclasses.replace(self.limits, allow_processes=True,
                                    file_bytes=max(self.limits.file_bytes, 2**31),
@@ -228,7 +231,7 @@ class Evaluator:
         self._last_cases = cases
         staged = Artifact(artifact.backend, Path("artifacts/candidate") / artifact.path.name)
         outcome = run_job(run_cases, self._job_workload, staged, cases, self.threads,
-                          limits=self.limits,
+                          limits=self._limits_for([Implementation("candidate", artifact)]),
                           stage={str(staged.path): artifact.path, **self._stage})
         if outcome.status is not JobStatus.OK:
             return _job_failed(candidate, outcome, "verification", started)
