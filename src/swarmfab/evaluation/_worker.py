@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import threadpoolctl
 import torch
 
 from swarmfab.backends import Artifact, get_backend
@@ -213,8 +214,10 @@ def _bind(workload: Workload, forward: Forward, inputs: Inputs) -> Callable[[], 
 
 
 def _pin(threads: int) -> None:
-    """Use exactly ``threads`` threads, pinned to as many of the allowed cores."""
+    """Use exactly ``threads`` threads (torch, OpenMP and BLAS pools), pinned to as many
+    of the allowed cores."""
     torch.set_num_threads(threads)
+    threadpoolctl.threadpool_limits(limits=threads)
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) > threads:
         os.sched_setaffinity(0, allowed[:threads])
