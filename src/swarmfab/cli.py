@@ -377,11 +377,13 @@ def show(
         "run": record.id, "workload": record.workload, "status": record.status,
         "goal": record.goal, "host": record.host, "champion": record.champion_id,
         "champion_figures": (record.summary or {}).get("shapes", []),
+        "archive": (record.summary or {}).get("archive", []),
         "verdicts": len(rows),
         "by_status": dict(Counter(row.status for row in rows)),
         "by_agent": dict(Counter(row.agent for row in rows)),
         "by_reject_reason": dict(Counter(row.reason.split(":")[0] for row in rejected)),
-        "interventions": [{"kind": k, "reason": r} for k, r in store.interventions(record.id)],
+        "interventions": [detail for _, detail in store.events(record.id, "intervention")],
+        "events": [{"kind": kind, "detail": detail} for kind, detail in store.events(record.id)],
     }
     if as_json:
         print(json.dumps(data, indent=2, default=str))

@@ -30,6 +30,7 @@ class Context:
     recent: tuple[Verdict, ...] = ()
     lessons: tuple[str, ...] = ()
     rng: random.Random = field(default_factory=random.Random)
+    parents: tuple[Candidate, ...] = ()  # elites sampled from the agent's island
 
     def champion_setting(self) -> dict[str, KnobValue]:
         """The champion's knobs, or the space's default before any champion exists."""

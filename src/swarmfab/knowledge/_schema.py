@@ -12,8 +12,8 @@ __all__ = [
     "Base",
     "CandidateRow",
     "CaseRow",
+    "EventRow",
     "HostPeaksRow",
-    "InterventionRow",
     "MetaRow",
     "RunRow",
     "VerdictRow",
@@ -99,12 +99,12 @@ class CaseRow(Base):
     created_at: Mapped[datetime] = mapped_column(default=_now)
 
 
-class InterventionRow(Base):
-    """A supervisor's redirection of a run, with its reason."""
+class EventRow(Base):
+    """Something that happened in a run: champion changed, corpus grew, intervention..."""
 
-    __tablename__ = "interventions"
+    __tablename__ = "events"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
-    kind: Mapped[str] = mapped_column(String(32))
-    reason: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(64))
+    detail: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=_now)

@@ -24,8 +24,8 @@ from swarmfab.knowledge._schema import (
     Base,
     CandidateRow,
     CaseRow,
+    EventRow,
     HostPeaksRow,
-    InterventionRow,
     MetaRow,
     RunRow,
     VerdictRow,
@@ -146,15 +146,17 @@ class Store:
                 raise StoreError(f"no run {run_id!r} in the store at {self.url}")
             run.status, run.finished_at = "running", None
 
-    def record_intervention(self, run_id: str, kind: str, reason: str) -> None:
+    def record_event(self, run_id: str, kind: str, detail: str) -> None:
         with self.session() as s:
-            s.add(InterventionRow(run_id=run_id, kind=kind, reason=reason))
+            s.add(EventRow(run_id=run_id, kind=kind, detail=detail))
 
-    def interventions(self, run_id: str) -> list[tuple[str, str]]:
+    def events(self, run_id: str, kind: str | None = None) -> list[tuple[str, str]]:
+        """(kind, detail) of a run's events in order, optionally of one kind only."""
         with self.session() as s:
-            rows = s.scalars(select(InterventionRow).where(InterventionRow.run_id == run_id)
-                             .order_by(InterventionRow.id))
-            return [(row.kind, row.reason) for row in rows]
+            query = select(EventRow).where(EventRow.run_id == run_id)
+            if kind is not None:
+                query = query.where(EventRow.kind == kind)
+            return [(row.kind, row.detail) for row in s.scalars(query.order_by(EventRow.id))]
 
     def run(self, run_id: str | None = None) -> RunRow:
         """A run by id, or the latest run when ``run_id`` is None."""

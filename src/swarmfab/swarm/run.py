@@ -27,6 +27,8 @@ from swarmfab.kernels import DesignSpace
 from swarmfab.knowledge import Store
 from swarmfab.measure import CONFIRMATION, TimingPolicy
 from swarmfab.records import Candidate, Status, Verdict
+from swarmfab.swarm.archive import Archive, knob_descriptor
+from swarmfab.swarm.blackboard import Blackboard
 from swarmfab.swarm.gate import judge
 from swarmfab.swarm.hosts import host_peaks
 from swarmfab.swarm.status import RunStatus, StatusTracker
@@ -74,6 +76,10 @@ class Run:
         self.recent: list[Verdict] = []
         self._started = time.monotonic()
         self.supervisor = Supervisor()
+        self.blackboard = Blackboard()
+        self.archive = Archive(knob_descriptor(tuple(
+            knob.name for knob in space.knobs if knob.domain in ("algorithm", "parallelism"))))
+        self.champion_gain = 1.0  # the champion's geometric-mean speedup over the baselines
         self._turn, self._explore_turns = 0, 0
         self.evaluations = 0  # in this session (a resumed run counts from zero again)
         self._benched: dict[str, int] = {}
@@ -97,6 +103,8 @@ class Run:
         """
         started = self._started = time.monotonic()
         run_id = self.tracker.run_id = self._open(resume)
+        self.blackboard.mark_judged(frozenset(self.store.evaluated_ids(run_id)))
+        self.blackboard.subscribe("*", lambda e: self.store.record_event(run_id, e.kind, e.detail))
         status, final, champion_dir = "interrupted", [], None
         baselines: list[str] = []
         try:
@@ -121,7 +129,9 @@ class Run:
             status = "failed"  # the platform, not a candidate: the CLI reports the error
             raise
         finally:
-            self._close(run_id, status, _summary(self.champion, final, champion_dir))
+            summary = _summary(self.champion, final, champion_dir)
+            summary["archive"] = self.archive.summary()
+            self._close(run_id, status, summary)
         return RunResult(run_id, self.champion, champion_dir, self.evaluations,
                          self.store.status_counts(run_id), final, baselines, status)
 
@@ -192,26 +202,31 @@ class Run:
 
     def _search(self, run_id: str, deadline: float) -> None:
         while time.monotonic() < deadline and not self._out_of_evaluations(self.evaluations):
-            context = self._context(run_id)
-            proposal = self._next_proposal(context)
+            proposal = self._next_proposal(run_id)
             if proposal is None:
                 self.log("every agent is out of proposals: the space is exhausted")
                 break
             agent, candidate = proposal
+            if not self.blackboard.claim(candidate.id, agent.id):
+                continue  # someone else holds it, or it was judged meanwhile
             self.tracker.activity[agent.id] = f"{candidate.id[:10]}: evaluating"
             self._observe()
-            promoted = self._evaluate(run_id, candidate, self.evaluations + 1)
+            try:
+                promoted = self._evaluate(run_id, candidate, self.evaluations + 1)
+            finally:
+                self.blackboard.release(candidate.id, judged=True)
             self.evaluations += 1
+            self._remember(agent, candidate, promoted)
             self.tracker.evaluated(agent.id, candidate.id, self.recent[-1], promoted)
             self._supervise(run_id, agent, promoted)
             self._observe()
 
-    def _next_proposal(self, context: Context) -> tuple[Agent, Candidate] | None:
-        """Ask agents in turn (skipping benched ones); the fallback when all are dry or
-        the supervisor asked for exploration."""
+    def _next_proposal(self, run_id: str) -> tuple[Agent, Candidate] | None:
+        """Ask agents in turn (skipping benched ones), each with its island's parents; the
+        fallback when all are dry or the supervisor asked for exploration."""
         if self._explore_turns > 0 and self.fallback is not None:
             self._explore_turns -= 1
-            found = self.fallback.propose(context, limit=1)
+            found = self.fallback.propose(self._context(run_id), limit=1)
             if found:
                 return self.fallback, found[0]
         for _ in range(len(self.agents)):
@@ -220,11 +235,13 @@ class Run:
             if self._benched.get(agent.id, 0) > 0:
                 self._benched[agent.id] -= 1
                 continue
-            found = agent.propose(context, limit=1)
+            found = agent.propose(self._context(run_id, agent), limit=1)
             if found:
                 return agent, found[0]
-        found = self.fallback.propose(context, limit=1) if self.fallback else []
-        return (self.fallback, found[0]) if found and self.fallback else None
+        if self.fallback is None:
+            return None
+        found = self.fallback.propose(self._context(run_id), limit=1)
+        return (self.fallback, found[0]) if found else None
 
     def _supervise(self, run_id: str, agent: Agent, promoted: bool) -> None:
         intervention = self.supervisor.observe(agent.id, self.recent[-1], promoted)
@@ -234,13 +251,30 @@ class Run:
             self._explore_turns = intervention.turns
         elif intervention.agent is not None:
             self._benched[intervention.agent] = intervention.turns
-        self.store.record_intervention(run_id, intervention.kind, intervention.reason)
+        self.blackboard.publish("intervention", f"{intervention.kind}: {intervention.reason}")
         self.log(f"supervisor: {intervention.reason}")
 
-    def _context(self, run_id: str) -> Context:
+    def _context(self, run_id: str, agent: Agent | None = None) -> Context:
         evaluated = frozenset(self.store.evaluated_ids(run_id))
+        island = self._island(agent) if agent is not None else 0
+        parents = tuple(self.archive.sample(island, self.rng))
         return Context(self.goal, self.space, self.champion, evaluated,
-                       tuple(self.recent[-20:]), (), self.rng)
+                       tuple(self.recent[-20:]), (), self.rng, parents)
+
+    def _island(self, agent: Agent) -> int:
+        return self.agents.index(agent) % self.archive.islands if agent in self.agents else 0
+
+    def _remember(self, agent: Agent, candidate: Candidate, promoted: bool) -> None:
+        """File a verified candidate in the archive, its fitness relative to the baselines."""
+        verdict = self.recent[-1]
+        if verdict.status is not Status.ACCEPTED or not verdict.timings:
+            return
+        speedups = [t.ratio.inverted().median for t in verdict.timings]
+        relative = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+        fitness = self.champion_gain * relative  # it was timed against the incumbent
+        self.archive.add(candidate, fitness, self._island(agent))
+        if promoted:
+            self.champion_gain = fitness
 
     def _evaluate(self, run_id: str, candidate: Candidate, number: int) -> bool:
         fuzz = draw_cases(self.evaluator.workload, self.rng, FUZZ_PER_EVALUATION)
@@ -270,6 +304,8 @@ class Run:
         self.store.add_case(self.goal.workload, case, run_id)
         self.evaluator.add_case(case)
         self.log(f"corpus grew: {case.name} ({case.shape.label}) broke {candidate.id[:10]}")
+        self.blackboard.publish("corpus-grew", f"{case.name} ({case.shape.label}) broke "
+                                f"{candidate.id}")
         if self.champion is None:
             return
         recheck = self.evaluator.verify(self.champion, [case])
@@ -277,14 +313,18 @@ class Run:
             reason = f"fails new corpus case {case.name}: {recheck.reason}"
             self.store.demote(run_id, self.champion.id, reason)
             self.log(f"champion {self.champion.id[:10]} demoted: {reason}")
+            self.blackboard.publish("demoted", f"{self.champion.id}: {reason}")
             self.champion = None
             self.incumbents = dict(self.baseline_incumbents)
             self.tracker.demoted()
+            self.champion_gain = 1.0
 
     def _crown(self, run_id: str, candidate: Candidate) -> None:
         self.champion = candidate
         self.store.set_champion(run_id, candidate.id)
         self._make_incumbent(candidate)
+        self.blackboard.publish("champion-changed", f"{candidate.id} by {candidate.agent}: "
+                                f"{candidate.rationale}")
 
     def _make_incumbent(self, candidate: Candidate) -> None:
         artifact = self.evaluator.build(candidate)  # cached: no recompilation

@@ -1,7 +1,8 @@
 """A built-in domain agent: hill climbing over the knobs of its own domain.
 
-Around the current champion it tries the one-step neighbours of the knobs it owns, in
-random order; once its neighbourhood is exhausted it makes a larger move (two or more of
+Around the current champion (or, one time in five, around an elite of another behaviour
+cell drawn from its island of the archive) it tries the one-step neighbours of the knobs
+it owns, in random order; once its neighbourhood is exhausted it makes a larger move (two or more of
 its knobs at once). When another domain's change becomes champion, the neighbourhood is
 recomputed around the new champion: re-basing is automatic.
 """
@@ -15,7 +16,9 @@ from swarmfab.agents.base import Agent, Context
 from swarmfab.kernels import Knob, KnobValue
 from swarmfab.records import Candidate
 
-__all__ = ["LocalSearchAgent", "RestartAgent", "domain_agents"]
+__all__ = ["ELITE_SHARE", "LocalSearchAgent", "RestartAgent", "domain_agents"]
+
+ELITE_SHARE = 0.2  # how often an agent steps from an archive elite instead of the champion
 
 
 class LocalSearchAgent(Agent):
@@ -28,6 +31,9 @@ class LocalSearchAgent(Agent):
     def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
         base = context.champion_setting()
         parent = (context.champion.id,) if context.champion else ()
+        elite = context.parents[0] if context.parents else None
+        if elite is not None and elite.knobs and context.rng.random() < ELITE_SHARE:
+            base, parent = dict(elite.knobs), (elite.id,)  # explore from another cell
         proposals: list[Candidate] = []
         seen = set(context.evaluated)
         for setting, why in self._moves(base, context):
