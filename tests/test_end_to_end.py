@@ -54,6 +54,8 @@ def test_run_export_report(tmp_path: Path) -> None:
     assert verdict.status is Status.ACCEPTED
     assert any(t.comparison == "faster" for t in verdict.timings)
     assert run.summary is not None and run.summary["champion"] == run.champion_id
+    assert 0.0 <= run.summary["overhead"] < 1.0  # the platform's share of the search time
+    assert run.summary["archive"], "verified candidates are filed in the archive"
     assert [s["shape"] for s in run.summary["shapes"]] == ["B1 T256 H4 K64 V64"]
     champion = store.candidate(run.champion_id)
     assert (workdir / "runs" / run.id / "champion" / champion.entry).is_file()

@@ -11,9 +11,11 @@ import dataclasses
 import math
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,7 +33,7 @@ from swarmfab.measure.roofline import IMPOSSIBLE_FRACTION, HostPeaks
 from swarmfab.records import Candidate, CheckResult, Estimate, ShapeTiming, Status, Verdict
 from swarmfab.sandbox import JobOutcome, JobStatus, Limits, run_job
 from swarmfab.verify import compare_outputs, probes
-from swarmfab.workloads import AnyShape, Case, Outputs, Tolerances, Workload
+from swarmfab.workloads import AnyShape, Case, Inputs, Outputs, Tolerances, Workload
 
 __all__ = ["Evaluator", "SideBySide"]
 
@@ -85,9 +87,10 @@ class Evaluator:
             Case(f"target {shape.label}", shape, seed=_salted_seed(seed + 1000 + i, salt))
             for i, shape in enumerate(target_shapes)
         ]
-        self._references: dict[tuple[str, int], Outputs] = {}
+        self._references: dict[tuple[str, int, bool], Outputs] = {}
         self._last_cases: list[Case] = []
         self.peaks = peaks  # enables roofline fractions and the impossible-speed check
+        self.work_s = 0.0  # seconds spent building and in sandboxed jobs (the real work)
         # jobs find the workload by name, or in a staged copy of the user's workload file
         self._job_workload, self._stage = workload.name, {}
         if workload.source_file is not None:
@@ -95,13 +98,27 @@ class Evaluator:
             self._stage = {self._job_workload: Path(workload.source_file)}
 
     # -- references ----------------------------------------------------------------
-    def reference(self, case: Case) -> Outputs:
-        """The float64 reference of ``case``, computed once, in this trusted process."""
-        key = (case.name, case.seed)
+    def reference(self, case: Case, nudged: bool = False) -> Outputs:
+        """The float64 reference of ``case`` (or of its nudged twin), computed once, in
+        this trusted process."""
+        key = (case.name, case.seed, nudged)
         if key not in self._references:
+            inputs: Inputs
+            if nudged:
+                twin = self.workload.make_inputs(probes.twin_case(case))
+                inputs = probes.nudged(twin, probes.nudge_seed(case))
+            else:
+                inputs = self.workload.make_inputs(case)
             with torch.no_grad():
-                self._references[key] = self.workload.reference(self.workload.make_inputs(case))
+                self._references[key] = self.workload.reference(inputs)
         return self._references[key]
+
+    def _references_of(self, cases: Sequence[Case]) -> None:
+        """Every reference a verification of ``cases`` will compare against."""
+        for case in cases:
+            self.reference(case)
+            self.reference(probes.twin_case(case))
+            self.reference(case, nudged=True)
 
     def prepare(self) -> None:
         """Compute the target shapes' references (the costly ones) up front."""
@@ -113,11 +130,23 @@ class Evaluator:
     def build(self, candidate: Candidate) -> Artifact:
         """Build (or reuse) a candidate; a cache that cannot be written is the platform's
         problem, not the candidate's, so it raises instead of becoming a verdict."""
+        started = time.monotonic()
         try:
             return get_backend(candidate.backend).build(candidate, self.cache_dir)
         except OSError as exc:
             raise SandboxError(f"cannot write the build cache under {self.cache_dir}: "
                                f"{exc.strerror or exc} (is the disk full?)") from exc
+        finally:
+            self.work_s += time.monotonic() - started
+
+    def _job(self, job: Callable[..., Any], *args: Any, limits: Limits,
+             stage: dict[str, Path]) -> JobOutcome:
+        """A sandboxed job, its wall time counted as work (building, verifying, timing)."""
+        started = time.monotonic()
+        try:
+            return run_job(job, *args, limits=limits, stage=stage)
+        finally:
+            self.work_s += time.monotonic() - started
 
     def verify(self, candidate: Candidate, cases: Sequence[Case] | None = None) -> Verdict:
         """Build and check on ``cases`` (default: the corpus), without timing."""
@@ -149,7 +178,7 @@ class Evaluator:
         plan = [(case, [incumbents[case.shape.label], mine]) for case in self.targets]
         limits = self._limits_for([impl for _, impls in plan for impl in impls])
         plan, stage = _staged(plan)
-        outcome = run_job(benchmark_shapes, self._job_workload, plan, self.threads, self.policy,
+        outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads, self.policy,
                           "candidate", limits=limits, stage={**stage, **self._stage})
         if outcome.status is not JobStatus.OK:
             return _job_failed(candidate, outcome, "benchmark", started, verdict.checks)
@@ -178,7 +207,7 @@ class Evaluator:
         """Time several implementations together on every target shape (first = reference)."""
         limits = self._limits_for(implementations)
         plan, stage = _staged([(case, implementations) for case in self.targets])
-        outcome = run_job(benchmark_shapes, self._job_workload, plan, self.threads, policy,
+        outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads, policy,
                           None, limits=limits, stage={**stage, **self._stage})
         if outcome.status is not JobStatus.OK:
             raise MeasurementError(f"side-by-side benchmark failed: {outcome.detail}")
@@ -230,9 +259,30 @@ class Evaluator:
         cases = [_with_salt(case, salt) for case in cases]
         self._last_cases = cases
         staged = Artifact(artifact.backend, Path("artifacts/candidate") / artifact.path.name)
-        outcome = run_job(run_cases, self._job_workload, staged, cases, self.threads,
-                          limits=self._limits_for([Implementation("candidate", artifact)]),
-                          stage={str(staged.path): artifact.path, **self._stage})
+        # the references are computed while the worker runs the candidate (the parent
+        # would otherwise sit idle), then dropped: salted seeds never repeat
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            references = pool.submit(self._references_of, cases)
+            outcome = self._job(run_cases, self._job_workload, staged, cases, self.threads,
+                                limits=self._limits_for([Implementation("candidate", artifact)]),
+                                stage={str(staged.path): artifact.path, **self._stage})
+            references.result()
+        try:
+            return self._judge_cases(candidate, outcome, cases, started)
+        finally:
+            self._forget(cases)
+
+    def _forget(self, cases: Sequence[Case]) -> None:
+        keep = {(c.name, c.seed) for c in self.targets}
+        keep |= {(probes.twin_case(c).name, probes.twin_case(c).seed) for c in self.targets}
+        salted = {(c.name, c.seed) for c in cases} | {
+            (probes.twin_case(c).name, probes.twin_case(c).seed) for c in cases}
+        for key in [k for k in self._references if k[:2] in salted and k[:2] not in keep]:
+            del self._references[key]
+
+    def _judge_cases(
+        self, candidate: Candidate, outcome: JobOutcome, cases: list[Case], started: float
+    ) -> Verdict:
         if outcome.status is not JobStatus.OK:
             return _job_failed(candidate, outcome, "verification", started)
         checks: list[CheckResult] = []
@@ -264,16 +314,9 @@ class Evaluator:
                                   self.tolerances)
         if run.nudged_outputs is not None:
             checks += compare_outputs(f"{case.name} (one element of each input nudged)",
-                                      run.nudged_outputs, self._nudged_reference(case),
+                                      run.nudged_outputs, self.reference(case, nudged=True),
                                       self.tolerances)
         return checks
-
-    def _nudged_reference(self, case: Case) -> Outputs:
-        """The twin case's inputs with one element of each nudged (as the worker did)."""
-        twin = self.workload.make_inputs(probes.twin_case(case))
-        inputs = probes.nudged(twin, probes.nudge_seed(case))
-        with torch.no_grad():
-            return self.workload.reference(inputs)
 
     def _target_checks(self, case: Case, run: ShapeRun) -> list[CheckResult]:
         if run.error is not None or run.outputs is None:

@@ -80,6 +80,7 @@ class Run:
         self.archive = Archive(knob_descriptor(tuple(
             knob.name for knob in space.knobs if knob.domain in ("algorithm", "parallelism"))))
         self.champion_gain = 1.0  # the champion's geometric-mean speedup over the baselines
+        self.overhead: float | None = None  # share of search time not spent in real work
         self._turn, self._explore_turns = 0, 0
         self.evaluations = 0  # in this session (a resumed run counts from zero again)
         self._benched: dict[str, int] = {}
@@ -111,7 +112,11 @@ class Run:
             baselines = self._prepare()
             deadline = started + self.goal.budget_s * (1 - FINAL_SHARE)
             self._phase("searching")
+            searched, worked = time.monotonic(), self.evaluator.work_s
             self._search(run_id, deadline)
+            self.overhead = _overhead(time.monotonic() - searched, self.evaluator.work_s - worked)
+            self.log(f"platform overhead: {self.overhead:.1%} of the search's wall time "
+                     "(time not spent building, verifying or timing)")
             if self.champion is not None:
                 self._phase("confirming the champion side by side")
                 self.log("search over: timing the champion and the baselines side by side")
@@ -131,6 +136,7 @@ class Run:
         finally:
             summary = _summary(self.champion, final, champion_dir)
             summary["archive"] = self.archive.summary()
+            summary["overhead"] = self.overhead
             self._close(run_id, status, summary)
         return RunResult(run_id, self.champion, champion_dir, self.evaluations,
                          self.store.status_counts(run_id), final, baselines, status)
@@ -377,3 +383,7 @@ def _summary(champion: Candidate | None, final: list[SideBySide], where: Path | 
 def _as_tuple(estimate: Any) -> tuple[float, float, float]:
     values = (estimate.median, estimate.low, estimate.high)
     return tuple(v if math.isfinite(v) else float("nan") for v in values)  # type: ignore[return-value]
+
+
+def _overhead(wall_s: float, work_s: float) -> float | None:
+    return None if wall_s <= 0 else max(0.0, 1 - work_s / wall_s)
