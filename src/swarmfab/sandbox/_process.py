@@ -142,17 +142,26 @@ def _child(
     workdir: Path,
     environ: dict[str, str],
 ) -> None:
-    _confine(limits, workdir, environ)
     try:
-        message = pickle.dumps((JobStatus.OK, job(*args)))
+        _confine(limits, workdir, environ)
+    except BaseException as exc:  # e.g. the parent gave up and removed the directory
+        _answer(conn, (JobStatus.ERROR, f"the sandbox could not be set up: {exc!r}"))
+    try:
+        message: tuple[JobStatus, Any] = (JobStatus.OK, job(*args))
     except BaseException as exc:  # the job's failure becomes a reported outcome
-        detail = f"{type(exc).__name__}: {exc}"
-        message = pickle.dumps((JobStatus.ERROR, detail))
-    # plain pickle, not multiprocessing's: torch's reducers would share tensors through
-    # file descriptors that vanish when this process exits
-    conn.send_bytes(message)
-    conn.close()
-    os._exit(0)  # no interpreter teardown: nothing the candidate registered runs
+        message = (JobStatus.ERROR, f"{type(exc).__name__}: {exc}")
+    _answer(conn, message)
+
+
+def _answer(conn: multiprocessing.connection.Connection, message: tuple[JobStatus, Any]) -> None:
+    """Send the outcome and exit at once: no interpreter teardown, so nothing the
+    candidate registered runs; a parent that is gone is no reason for a traceback."""
+    with contextlib.suppress(BaseException):
+        # plain pickle, not multiprocessing's: torch's reducers would share tensors
+        # through file descriptors that vanish when this process exits
+        conn.send_bytes(pickle.dumps(message))
+        conn.close()
+    os._exit(0)
 
 
 def run_job(
@@ -240,8 +249,12 @@ def _died(process: multiprocessing.process.BaseProcess, workdir: Path) -> JobOut
 
 
 def _kill_group(process: multiprocessing.process.BaseProcess) -> None:
-    """Kill the job's whole process group (it may have forked) and reap the child."""
+    """Kill the job's whole process group (it may have forked) and reap the child; the
+    child itself too, in case it had not yet started its own session."""
     if process.pid is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
+        if process.exitcode is None:  # not reaped yet, so the pid is still its own
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(process.pid, signal.SIGKILL)
     process.join(5)
