@@ -8,7 +8,6 @@ any candidate runs, and the comparison happens here too.
 from __future__ import annotations
 
 import dataclasses
-import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +20,12 @@ import torch
 
 from swarmfab.backends import Artifact, get_backend
 from swarmfab.errors import BuildError, MeasurementError, SandboxError
+from swarmfab.evaluation._outcomes import (
+    accepted_summary,
+    build_failed,
+    job_failed,
+    rejected,
+)
 from swarmfab.evaluation._worker import (
     CaseRun,
     Implementation,
@@ -154,7 +159,7 @@ class Evaluator:
         try:
             artifact = self.build(candidate)
         except BuildError as exc:
-            return _build_failed(candidate, exc, started)
+            return build_failed(candidate, exc, started)
         return self._verify_cases(candidate, artifact, started, self.cases if cases is None
                                   else list(cases))
 
@@ -170,7 +175,7 @@ class Evaluator:
         try:
             artifact = self.build(candidate)
         except BuildError as exc:
-            return _build_failed(candidate, exc, started)
+            return build_failed(candidate, exc, started)
         verdict = self._verify_cases(candidate, artifact, started, [*self.cases, *extra_cases])
         if verdict.status is not Status.ACCEPTED:
             return verdict
@@ -181,7 +186,7 @@ class Evaluator:
         outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads, self.policy,
                           "candidate", limits=limits, stage={**stage, **self._stage})
         if outcome.status is not JobStatus.OK:
-            return _job_failed(candidate, outcome, "benchmark", started, verdict.checks)
+            return job_failed(candidate, outcome, "benchmark", started, verdict.checks)
         checks = list(verdict.checks)
         timings = []
         for case, run in zip(self.targets, outcome.value, strict=True):
@@ -189,7 +194,7 @@ class Evaluator:
             checks.extend(shape_checks)
             failed = next((c for c in shape_checks if not c.passed), None)
             if failed is not None:
-                return _rejected(candidate, failed, tuple(checks), started)
+                return rejected(candidate, failed, tuple(checks), started)
             timings.append(self._timing(case.shape, run, incumbents[case.shape.label].name))
         impossible = next((t for t in timings if self._impossible(t)), None)
         if impossible is not None:
@@ -198,7 +203,7 @@ class Evaluator:
                       "FLOP rate allows; the timing cannot be trusted (flagged as impossible)")
             return Verdict(candidate.id, Status.REJECTED, reason, tuple(checks), tuple(timings),
                            time.monotonic() - started)
-        return Verdict(candidate.id, Status.ACCEPTED, _summary(timings), tuple(checks),
+        return Verdict(candidate.id, Status.ACCEPTED, accepted_summary(timings), tuple(checks),
                        tuple(timings), time.monotonic() - started)
 
     def side_by_side(
@@ -284,13 +289,13 @@ class Evaluator:
         self, candidate: Candidate, outcome: JobOutcome, cases: list[Case], started: float
     ) -> Verdict:
         if outcome.status is not JobStatus.OK:
-            return _job_failed(candidate, outcome, "verification", started)
+            return job_failed(candidate, outcome, "verification", started)
         checks: list[CheckResult] = []
         for case, run in zip(cases, outcome.value, strict=True):
             checks.extend(self._case_checks(case, run))
         failed = next((c for c in checks if not c.passed), None)
         if failed is not None:
-            return _rejected(candidate, failed, tuple(checks), started)
+            return rejected(candidate, failed, tuple(checks), started)
         return Verdict(candidate.id, Status.ACCEPTED, f"correct on {len(cases)} cases",
                        tuple(checks), (), time.monotonic() - started)
 
@@ -357,36 +362,6 @@ class Evaluator:
 
     def _target_shape(self, label: str) -> AnyShape:
         return next(case.shape for case in self.targets if case.shape.label == label)
-
-
-def _summary(timings: list[ShapeTiming]) -> str:
-    speedups = [t.ratio.inverted().median for t in timings]
-    geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
-    return f"verified; {geomean:.2f}x vs incumbent (geometric mean over {len(timings)} shapes)"
-
-
-def _build_failed(candidate: Candidate, exc: BuildError, started: float) -> Verdict:
-    diagnostics = tuple(str(d) for d in exc.diagnostics if d.severity != "warning")[:20]
-    return Verdict(candidate.id, Status.BUILD_FAILED, str(exc), (), (),
-                   time.monotonic() - started, diagnostics or (exc.log[-2000:],))
-
-
-def _rejected(
-    candidate: Candidate, failed: CheckResult, checks: tuple[CheckResult, ...], started: float
-) -> Verdict:
-    reason = f"case {failed.case!r}: {failed.check} failed: {failed.detail}"
-    return Verdict(candidate.id, Status.REJECTED, reason, checks, (), time.monotonic() - started)
-
-
-def _job_failed(
-    candidate: Candidate, outcome: JobOutcome, stage: str, started: float,
-    checks: tuple[CheckResult, ...] = (),
-) -> Verdict:
-    status = {JobStatus.TIMED_OUT: Status.TIMED_OUT, JobStatus.CRASHED: Status.CRASHED}.get(
-        outcome.status, Status.REJECTED
-    )
-    reason = f"{stage}: {outcome.detail}"
-    return Verdict(candidate.id, status, reason, checks, (), time.monotonic() - started)
 
 
 def _staged(
