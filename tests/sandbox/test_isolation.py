@@ -71,3 +71,19 @@ def test_the_seccomp_filter_reports_when_it_cannot_load(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(ctypes, "CDLL", missing)
     assert forbid_processes_and_sockets() is False
+
+
+def test_job_directories_of_dead_processes_are_swept(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    from swarmfab.sandbox import _process
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / "swarmfab-job-999999999-abc"  # no such pid
+    alive = tmp_path / f"swarmfab-job-{__import__('os').getpid()}-def"
+    dead.mkdir()
+    alive.mkdir()
+    _process._sweep_abandoned_job_dirs.cache_clear()
+    _process._sweep_abandoned_job_dirs()
+    assert not dead.exists() and alive.exists()

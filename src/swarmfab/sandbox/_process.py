@@ -19,6 +19,7 @@ reported with the signal's name and the tail of its output. The parent goes on.
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
@@ -177,8 +178,9 @@ def run_job(
     so the job can read them whatever the permissions of their original location.
     """
     limits = limits or Limits()
+    _sweep_abandoned_job_dirs()
     try:
-        workdir = Path(tempfile.mkdtemp(prefix="swarmfab-job-"))
+        workdir = Path(tempfile.mkdtemp(prefix=f"{_JOB_PREFIX}{os.getpid()}-"))
     except OSError as exc:
         raise SandboxError(f"cannot create a job directory in {tempfile.gettempdir()}: "
                            f"{exc.strerror} (is the disk full?)") from exc
@@ -192,6 +194,29 @@ def run_job(
         raise SandboxError(f"cannot stage files for a job in {workdir}: {exc}") from exc
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+_JOB_PREFIX = "swarmfab-job-"
+
+
+@functools.cache
+def _sweep_abandoned_job_dirs() -> None:
+    """Remove job directories left by swarmfab processes that died (kill -9) before they
+    could clean up; directory names carry the owner's pid. Once per process."""
+    for path in Path(tempfile.gettempdir()).glob(f"{_JOB_PREFIX}*-*"):
+        owner = path.name.removeprefix(_JOB_PREFIX).split("-", 1)[0]
+        if owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _supervise(
