@@ -3,49 +3,30 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
-from swarmfab.errors import GoalError, SwarmfabError
+from swarmfab._cli_common import (
+    DbOption,
+    JsonOption,
+    console,
+    errors,
+    friendly,
+    parse_shape,
+)
+from swarmfab.corpus_cli import corpus_app
+from swarmfab.errors import GoalError
 from swarmfab.knowledge import DEFAULT_DB, Store
 
 app = typer.Typer(
     name="swarmfab", no_args_is_help=True, add_completion=False,
     help="A self-improving factory for verified AI inference kernels.",
 )
-_WIDTH = None if sys.stdout.isatty() else 140  # pipes and CI get full-width tables
-console = Console(soft_wrap=True, width=_WIDTH)
-errors = Console(stderr=True, soft_wrap=True, width=_WIDTH)
-F = TypeVar("F", bound=Callable[..., Any])
-
-DbOption = Annotated[str, typer.Option("--db", help="SQLite path or SQLAlchemy URL of the store.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
-
-
-def _friendly(command: F) -> F:
-    """Turn swarmfab's own errors into one clear line (exit 2 for usage, 1 otherwise)."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except GoalError as exc:
-            errors.print(f"[red]error:[/] {exc}", highlight=False)
-            raise typer.Exit(2) from None
-        except SwarmfabError as exc:
-            errors.print(f"[red]error:[/] {exc}", highlight=False)
-            raise typer.Exit(1) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
+app.add_typer(corpus_app, name="corpus")
 def _goal(target: str, budget: str | None, threads: int | None, seed: int | None,
           max_evaluations: int | None) -> Any:
     from swarmfab.goal import default_goal, load_goal
@@ -75,7 +56,7 @@ def _evaluator(
 
 
 @app.command()
-@_friendly
+@friendly
 def run(
     target: Annotated[str, typer.Argument(help="A workload name (kda) or a goal TOML file.")],
     budget: Annotated[str | None, typer.Option(help="Wall-time budget, e.g. 60s, 10m.")] = None,
@@ -91,7 +72,7 @@ def run(
 
 
 @app.command()
-@_friendly
+@friendly
 def resume(
     run_id: Annotated[str, typer.Argument(help="The run to continue (see `swarmfab runs`).")],
     budget: Annotated[str | None, typer.Option(help="Wall-time budget of this session.")] = None,
@@ -148,7 +129,7 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None) -> None:
 
 
 @app.command()
-@_friendly
+@friendly
 def verify(
     workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
     file: Annotated[Path, typer.Argument(help="Candidate: a .c or .py file.")],
@@ -209,22 +190,8 @@ def _candidate_from_file(workload: str, file: Path, backend: str | None = None) 
                      flags=("-O3", "-march=native") if kind == "c" else ())
 
 
-def _parse_shape(text: str) -> Any:
-    from swarmfab.goal import ShapeSpec
-
-    sizes, with_state = text.removesuffix("+h0"), text.endswith("+h0")
-    try:
-        numbers = [int(part) for part in sizes.split(",")]
-        b, t, h, k, v, *rest = numbers
-        return ShapeSpec(B=b, T=t, H=h, K=k, V=v, HV=rest[0] if rest else None,
-                         initial_state=with_state).to_shape()
-    except (ValueError, TypeError) as exc:
-        raise GoalError(f"--shape {text!r}: expected B,T,H,K,V[,HV][+h0] as positive integers "
-                        "(+h0: start from an initial state)") from exc
-
-
 @app.command()
-@_friendly
+@friendly
 def bench(
     workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
     candidate: Annotated[str | None, typer.Option(
@@ -251,7 +218,7 @@ def bench(
     from swarmfab.swarm.hosts import host_peaks
 
     goal = default_goal(workload).with_overrides(threads=threads)
-    shapes = [_parse_shape(s) for s in shape] if shape else None
+    shapes = [parse_shape(s) for s in shape] if shape else None
     store = Store(db)
     evaluator = _evaluator(goal, workdir, store, shapes)
     evaluator.peaks = host_peaks(store, goal.threads, evaluator.limits)
@@ -307,7 +274,7 @@ def _side_json(table: Any) -> dict[str, Any]:
 
 
 @app.command()
-@_friendly
+@friendly
 def export(
     run_id: Annotated[str | None, typer.Argument(help="Run id (default: latest).")] = None,
     out: Annotated[Path, typer.Option(help="Directory to write.")] = Path("champion"),
@@ -324,7 +291,7 @@ def export(
 
 
 @app.command()
-@_friendly
+@friendly
 def report(
     run_id: Annotated[str | None, typer.Argument(help="Run id (default: latest).")] = None,
     db: DbOption = str(DEFAULT_DB),
@@ -360,7 +327,7 @@ def report(
 
 
 @app.command()
-@_friendly
+@friendly
 def show(
     run_id: Annotated[str | None, typer.Argument(help="Run id (default: latest).")] = None,
     db: DbOption = str(DEFAULT_DB),
@@ -394,18 +361,10 @@ def show(
 
 
 @app.command()
-@_friendly
+@friendly
 def runs(db: DbOption = str(DEFAULT_DB)) -> None:
     """List the runs in the store."""
     for record in Store(db).runs():
         console.print(f"{record.id}  {record.workload:<8} {record.status:<12} "
                       f"champion={record.champion_id}", highlight=False)
 
-
-from swarmfab.corpus_cli import corpus_app  # noqa: E402  (sub-commands register on import)
-
-app.add_typer(corpus_app, name="corpus")
-
-
-def main() -> None:  # pragma: no cover - console entry point
-    sys.exit(app())

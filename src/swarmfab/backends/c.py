@@ -12,7 +12,6 @@ import hashlib
 import os
 import platform
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -125,6 +124,3 @@ class CBackend(Backend):
             raise CandidateError(f"the kernel does not export {workload.c_symbol}") from None
         return workload.wrap_c(function, fill_outputs=fill_outputs)
 
-
-def compiler_available(compiler: str = "gcc") -> bool:
-    return shutil.which(compiler) is not None

@@ -34,10 +34,9 @@ from swarmfab.measure.roofline import HostPeaks
 from swarmfab.records import Candidate, Status, Verdict
 from swarmfab.workloads import Case
 
-__all__ = ["DEFAULT_DB", "RunRecord", "Store", "database_url"]
+__all__ = ["DEFAULT_DB", "Store", "database_url"]
 
 DEFAULT_DB = Path(".swarmfab") / "swarmfab.db"
-RunRecord = RunRow
 
 
 def database_url(path_or_url: str | Path) -> str:

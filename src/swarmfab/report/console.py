@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from swarmfab.evaluation import SideBySide
@@ -75,6 +74,3 @@ def run_table(summary: dict[str, Any]) -> Table:
                       _percent(shape.get("roofline_fraction")))
     return table
 
-
-def print_table(console: Console, table: Table) -> None:
-    console.print(table)

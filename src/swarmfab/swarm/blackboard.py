@@ -46,6 +46,11 @@ class Blackboard:
         with self._lock:
             self._judged.update(candidate_ids)
 
+    def judged(self) -> frozenset[str]:
+        """Every candidate with a verdict in this run."""
+        with self._lock:
+            return frozenset(self._judged)
+
     def claim(self, candidate_id: str, owner: str) -> bool:
         """True if ``owner`` may evaluate ``candidate_id`` now (nobody judged or holds it)."""
         now = self._clock()

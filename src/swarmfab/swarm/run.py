@@ -208,7 +208,7 @@ class Run:
 
     def _search(self, run_id: str, deadline: float) -> None:
         while time.monotonic() < deadline and not self._out_of_evaluations(self.evaluations):
-            proposal = self._next_proposal(run_id)
+            proposal = self._next_proposal()
             if proposal is None:
                 self.log("every agent is out of proposals: the space is exhausted")
                 break
@@ -227,12 +227,12 @@ class Run:
             self._supervise(run_id, agent, promoted)
             self._observe()
 
-    def _next_proposal(self, run_id: str) -> tuple[Agent, Candidate] | None:
+    def _next_proposal(self) -> tuple[Agent, Candidate] | None:
         """Ask agents in turn (skipping benched ones), each with its island's parents; the
         fallback when all are dry or the supervisor asked for exploration."""
         if self._explore_turns > 0 and self.fallback is not None:
             self._explore_turns -= 1
-            found = self.fallback.propose(self._context(run_id), limit=1)
+            found = self.fallback.propose(self._context(), limit=1)
             if found:
                 return self.fallback, found[0]
         for _ in range(len(self.agents)):
@@ -241,12 +241,12 @@ class Run:
             if self._benched.get(agent.id, 0) > 0:
                 self._benched[agent.id] -= 1
                 continue
-            found = agent.propose(self._context(run_id, agent), limit=1)
+            found = agent.propose(self._context(agent), limit=1)
             if found:
                 return agent, found[0]
         if self.fallback is None:
             return None
-        found = self.fallback.propose(self._context(run_id), limit=1)
+        found = self.fallback.propose(self._context(), limit=1)
         return (self.fallback, found[0]) if found else None
 
     def _supervise(self, run_id: str, agent: Agent, promoted: bool) -> None:
@@ -260,8 +260,8 @@ class Run:
         self.blackboard.publish("intervention", f"{intervention.kind}: {intervention.reason}")
         self.log(f"supervisor: {intervention.reason}")
 
-    def _context(self, run_id: str, agent: Agent | None = None) -> Context:
-        evaluated = frozenset(self.store.evaluated_ids(run_id))
+    def _context(self, agent: Agent | None = None) -> Context:
+        evaluated = self.blackboard.judged()  # the store's verdicts, without a query
         island = self._island(agent) if agent is not None else 0
         parents = tuple(self.archive.sample(island, self.rng))
         return Context(self.goal, self.space, self.champion, evaluated,

@@ -114,21 +114,13 @@ class GatedDeltaRule(Workload):
         return tensors
 
     def call(self, forward: Forward, inputs: Inputs) -> Outputs:
-        o, state = forward(
-            inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"],
-            scale=inputs["scale"], initial_state=inputs["initial_state"],
-            output_final_state=True,
-        )
+        o, state = _invoke(forward, inputs, final_state=True)
         if state is None:
             raise KernelRefusedError("output_final_state=True but no final state was returned")
         return {"o": o, "final_state": state}
 
     def call_lean(self, forward: Forward, inputs: Inputs) -> Outputs:
-        o, _ = forward(
-            inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"],
-            scale=inputs["scale"], initial_state=inputs["initial_state"],
-            output_final_state=False,
-        )
+        o, _ = _invoke(forward, inputs, final_state=False)
         return {"o": o}
 
     # -- compiled candidates --------------------------------------------------------
@@ -205,6 +197,17 @@ class GatedDeltaRule(Workload):
         token_bytes = 4 * s.B * s.T * (2 * s.H * s.K + s.HV * (2 * s.V + gate + 1))
         state_bytes = 4 * s.B * s.HV * s.K * s.V * (2 if s.initial_state else 1)
         return float(token_bytes + state_bytes)
+
+
+def _invoke(
+    forward: Forward, inputs: Inputs, final_state: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Call ``forward`` with fla's keyword arguments, asking for the final state or not."""
+    return forward(
+        inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"],
+        scale=inputs["scale"], initial_state=inputs["initial_state"],
+        output_final_state=final_state,
+    )
 
 
 def _delta_shape(case: Case) -> Shape:
