@@ -27,14 +27,18 @@ app = typer.Typer(
     help="A self-improving factory for verified AI inference kernels.",
 )
 app.add_typer(corpus_app, name="corpus")
+WorkersOption = Annotated[int | None, typer.Option(
+    help="Evaluations at once (default: as many benchmarks as fit on the host's cores).")]
+
+
 def _goal(target: str, budget: str | None, threads: int | None, seed: int | None,
-          max_evaluations: int | None) -> Any:
+          max_evaluations: int | None, workers: int | None = None) -> Any:
     from swarmfab.goal import default_goal, load_goal
 
     path = Path(target)
     goal = load_goal(path) if path.suffix == ".toml" else default_goal(target)
     return goal.with_overrides(budget=budget, threads=threads, seed=seed,
-                               max_evaluations=max_evaluations)
+                               max_evaluations=max_evaluations, workers=workers)
 
 
 def _evaluator(
@@ -64,10 +68,11 @@ def run(
     threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of agents and inputs.")] = None,
     max_evaluations: Annotated[int | None, typer.Option(help="Stop after N evaluations.")] = None,
+    workers: WorkersOption = None,
     workdir: Annotated[Path, typer.Option(help="Build cache and champions.")] = Path(".swarmfab"),
 ) -> None:
     """Optimise a workload: agents propose, every candidate is verified and benchmarked."""
-    goal = _goal(target, budget, threads, seed, max_evaluations)
+    goal = _goal(target, budget, threads, seed, max_evaluations, workers)
     _launch(goal, Store(db), workdir, resume=None)
 
 
@@ -78,6 +83,7 @@ def resume(
     budget: Annotated[str | None, typer.Option(help="Wall-time budget of this session.")] = None,
     db: DbOption = str(DEFAULT_DB),
     max_evaluations: Annotated[int | None, typer.Option(help="Stop after N evaluations.")] = None,
+    workers: WorkersOption = None,
     workdir: Annotated[Path, typer.Option(help="Build cache and champions.")] = Path(".swarmfab"),
 ) -> None:
     """Continue an interrupted or killed run: nothing already judged is evaluated again."""
@@ -89,7 +95,7 @@ def resume(
         errors.print(f"note: run {record.id} is marked running; if it is still alive elsewhere, "
                      "stop it first (this continues from what it recorded)", highlight=False)
     goal = Goal.model_validate(record.goal).with_overrides(
-        budget=budget, max_evaluations=max_evaluations)
+        budget=budget, max_evaluations=max_evaluations, workers=workers)
     _launch(goal, store, workdir, resume=record.id)
 
 

@@ -90,6 +90,8 @@ class Goal(_Strict):
     threads: Annotated[int, Field(ge=1, le=1024)] = Field(
         default_factory=lambda: len(os.sched_getaffinity(0))
     )
+    # evaluations in flight at once; None: as many benchmarks as fit side by side
+    workers: Annotated[int | None, Field(ge=1, le=256)] = None
     seed: Annotated[int, Field(ge=0)] = 0
     eval_timeout_s: Annotated[float, Field(alias="eval_timeout", gt=0)] = 120.0
     tolerance: Tolerance = Tolerance()

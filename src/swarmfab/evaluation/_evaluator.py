@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ import torch
 
 from swarmfab.backends import Artifact, get_backend
 from swarmfab.errors import BuildError, MeasurementError, SandboxError
+from swarmfab.evaluation._cores import CoreBroker, pinned_thread
 from swarmfab.evaluation._outcomes import (
     accepted_summary,
     build_failed,
@@ -40,9 +42,13 @@ from swarmfab.sandbox import JobOutcome, JobStatus, Limits, run_job
 from swarmfab.verify import compare_outputs, probes
 from swarmfab.workloads import AnyShape, Case, Inputs, Outputs, Tolerances, Workload
 
-__all__ = ["Evaluator", "SideBySide"]
+__all__ = ["Cancelled", "Evaluator", "SideBySide"]
 
 REGRESSION_EPSILON = 0.02
+
+
+class Cancelled(Exception):
+    """An evaluation stopped because the run is stopping; it has no verdict."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +68,12 @@ class SideBySide:
 
 
 class Evaluator:
-    """Judges candidates of one workload against one set of target shapes."""
+    """Judges candidates of one workload against one set of target shapes.
+
+    Thread-safe: several evaluations may run at once (one per executor worker). Every
+    build and sandboxed job runs on cores leased from ``cores``, so concurrent work never
+    shares a core; the references are computed in this process, on the same lease.
+    """
 
     def __init__(
         self,
@@ -77,6 +88,7 @@ class Evaluator:
         seed: int = 0,
         cases: list[Case] | None = None,
         peaks: HostPeaks | None = None,
+        cores: CoreBroker | None = None,
     ):
         self.workload = workload
         self.cache_dir = cache_dir
@@ -93,9 +105,12 @@ class Evaluator:
             for i, shape in enumerate(target_shapes)
         ]
         self._references: dict[tuple[str, int, bool], Outputs] = {}
-        self._last_cases: list[Case] = []
+        self._lock = threading.RLock()  # guards the references and the work counter
+        self._local = threading.local()  # each thread's last verification cases
         self.peaks = peaks  # enables roofline fractions and the impossible-speed check
         self.work_s = 0.0  # seconds spent building and in sandboxed jobs (the real work)
+        self.cores = cores or CoreBroker()
+        self._cancel = threading.Event()
         # jobs find the workload by name, or in a staged copy of the user's workload file
         self._job_workload, self._stage = workload.name, {}
         if workload.source_file is not None:
@@ -107,16 +122,20 @@ class Evaluator:
         """The float64 reference of ``case`` (or of its nudged twin), computed once, in
         this trusted process."""
         key = (case.name, case.seed, nudged)
-        if key not in self._references:
-            inputs: Inputs
-            if nudged:
-                twin = self.workload.make_inputs(probes.twin_case(case))
-                inputs = probes.nudged(twin, probes.nudge_seed(case))
-            else:
-                inputs = self.workload.make_inputs(case)
-            with torch.no_grad():
-                self._references[key] = self.workload.reference(inputs)
-        return self._references[key]
+        with self._lock:
+            known = self._references.get(key)
+        if known is not None:
+            return known
+        inputs: Inputs
+        if nudged:
+            twin = self.workload.make_inputs(probes.twin_case(case))
+            inputs = probes.nudged(twin, probes.nudge_seed(case))
+        else:
+            inputs = self.workload.make_inputs(case)
+        with torch.no_grad():
+            computed = self.workload.reference(inputs)
+        with self._lock:
+            return self._references.setdefault(key, computed)
 
     def _references_of(self, cases: Sequence[Case]) -> None:
         """Every reference a verification of ``cases`` will compare against."""
@@ -124,6 +143,15 @@ class Evaluator:
             self.reference(case)
             self.reference(probes.twin_case(case))
             self.reference(case, nudged=True)
+
+    def cancel(self) -> None:
+        """Stop every evaluation in progress (their jobs are killed; they raise
+        :class:`Cancelled`) and every later one: the run is stopping."""
+        self._cancel.set()
+
+    def resume(self) -> None:
+        """Take work again after :meth:`cancel` (e.g. for the run's closing benchmark)."""
+        self._cancel.clear()
 
     def prepare(self) -> None:
         """Compute the target shapes' references (the costly ones) up front."""
@@ -135,23 +163,38 @@ class Evaluator:
     def build(self, candidate: Candidate) -> Artifact:
         """Build (or reuse) a candidate; a cache that cannot be written is the platform's
         problem, not the candidate's, so it raises instead of becoming a verdict."""
-        started = time.monotonic()
-        try:
-            return get_backend(candidate.backend).build(candidate, self.cache_dir)
-        except OSError as exc:
-            raise SandboxError(f"cannot write the build cache under {self.cache_dir}: "
-                               f"{exc.strerror or exc} (is the disk full?)") from exc
-        finally:
-            self.work_s += time.monotonic() - started
+        with self.cores.lease(1) as cores, pinned_thread(cores):  # the compiler's core
+            started = time.monotonic()
+            try:
+                return get_backend(candidate.backend).build(candidate, self.cache_dir)
+            except OSError as exc:
+                raise SandboxError(f"cannot write the build cache under {self.cache_dir}: "
+                                   f"{exc.strerror or exc} (is the disk full?)") from exc
+            finally:
+                self._worked(started)
+
+    def _worked(self, since: float) -> None:
+        with self._lock:
+            self.work_s += time.monotonic() - since
 
     def _job(self, job: Callable[..., Any], *args: Any, limits: Limits,
-             stage: dict[str, Path]) -> JobOutcome:
-        """A sandboxed job, its wall time counted as work (building, verifying, timing)."""
+             stage: dict[str, Path], cores: tuple[int, ...] | None = None) -> JobOutcome:
+        """A sandboxed job on leased cores (``cores``, or a lease of its own), its wall
+        time counted as work (building, verifying, timing)."""
+        if cores is None:
+            with self.cores.lease(self.threads) as leased:
+                return self._job(job, *args, limits=limits, stage=stage, cores=leased)
+        if self._cancel.is_set():
+            raise Cancelled("the run is stopping")
         started = time.monotonic()
         try:
-            return run_job(job, *args, limits=limits, stage=stage)
+            outcome = run_job(job, *args, limits=dataclasses.replace(limits, cores=cores),
+                              stage=stage, cancel=self._cancel)
         finally:
-            self.work_s += time.monotonic() - started
+            self._worked(started)
+        if outcome.status is JobStatus.CANCELLED:
+            raise Cancelled("the run is stopping")
+        return outcome
 
     def verify(self, candidate: Candidate, cases: Sequence[Case] | None = None) -> Verdict:
         """Build and check on ``cases`` (default: the corpus), without timing."""
@@ -179,6 +222,23 @@ class Evaluator:
         verdict = self._verify_cases(candidate, artifact, started, [*self.cases, *extra_cases])
         if verdict.status is not Status.ACCEPTED:
             return verdict
+        return self._benchmark(candidate, artifact, incumbents, verdict.checks, started)
+
+    def rematch(self, candidate: Candidate, incumbents: dict[str, Implementation]) -> Verdict:
+        """Time an already verified candidate again, against other incumbents (the
+        champion changed while it was being evaluated); the target shapes' outputs are
+        checked again as part of timing."""
+        started = time.monotonic()
+        try:
+            artifact = self.build(candidate)  # cached
+        except BuildError as exc:
+            return build_failed(candidate, exc, started)
+        return self._benchmark(candidate, artifact, incumbents, (), started)
+
+    def _benchmark(
+        self, candidate: Candidate, artifact: Artifact, incumbents: dict[str, Implementation],
+        verified: tuple[CheckResult, ...], started: float,
+    ) -> Verdict:
         mine = Implementation("candidate", artifact=artifact)
         plan = [(case, [incumbents[case.shape.label], mine]) for case in self.targets]
         limits = self._limits_for([impl for _, impls in plan for impl in impls])
@@ -186,8 +246,8 @@ class Evaluator:
         outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads, self.policy,
                           "candidate", limits=limits, stage={**stage, **self._stage})
         if outcome.status is not JobStatus.OK:
-            return job_failed(candidate, outcome, "benchmark", started, verdict.checks)
-        checks = list(verdict.checks)
+            return job_failed(candidate, outcome, "benchmark", started, verified)
+        checks = list(verified)
         timings = []
         for case, run in zip(self.targets, outcome.value, strict=True):
             shape_checks = self._target_checks(case, run)
@@ -254,7 +314,8 @@ class Evaluator:
         """The case (among ``cases``) a check of the last verification was made on, as it
         was run (salted seed), so storing it reproduces the failure exactly."""
         names = {case.name for case in cases}
-        return next((case for case in self._last_cases if case.name in names and check.case
+        last: list[Case] = getattr(self._local, "cases", [])
+        return next((case for case in last if case.name in names and check.case
                      .split(" (")[0] == case.name), None)
 
     def _verify_cases(
@@ -262,28 +323,35 @@ class Evaluator:
     ) -> Verdict:
         salt = secrets.randbelow(2**31)
         cases = [_with_salt(case, salt) for case in cases]
-        self._last_cases = cases
+        self._local.cases = cases
         staged = Artifact(artifact.backend, Path("artifacts/candidate") / artifact.path.name)
         # the references are computed while the worker runs the candidate (the parent
-        # would otherwise sit idle), then dropped: salted seeds never repeat
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            references = pool.submit(self._references_of, cases)
+        # would otherwise sit idle), on the job's cores, then dropped: salted seeds never
+        # repeat
+        with self.cores.lease(self.threads) as cores, ThreadPoolExecutor(max_workers=1) as pool:
+            references = pool.submit(self._pinned_references, cores, cases)
             outcome = self._job(run_cases, self._job_workload, staged, cases, self.threads,
                                 limits=self._limits_for([Implementation("candidate", artifact)]),
-                                stage={str(staged.path): artifact.path, **self._stage})
+                                stage={str(staged.path): artifact.path, **self._stage},
+                                cores=cores)
             references.result()
         try:
             return self._judge_cases(candidate, outcome, cases, started)
         finally:
             self._forget(cases)
 
+    def _pinned_references(self, cores: tuple[int, ...], cases: Sequence[Case]) -> None:
+        with pinned_thread(cores):
+            self._references_of(cases)
+
     def _forget(self, cases: Sequence[Case]) -> None:
         keep = {(c.name, c.seed) for c in self.targets}
         keep |= {(probes.twin_case(c).name, probes.twin_case(c).seed) for c in self.targets}
         salted = {(c.name, c.seed) for c in cases} | {
             (probes.twin_case(c).name, probes.twin_case(c).seed) for c in cases}
-        for key in [k for k in self._references if k[:2] in salted and k[:2] not in keep]:
-            del self._references[key]
+        with self._lock:
+            for key in [k for k in self._references if k[:2] in salted and k[:2] not in keep]:
+                del self._references[key]
 
     def _judge_cases(
         self, candidate: Candidate, outcome: JobOutcome, cases: list[Case], started: float

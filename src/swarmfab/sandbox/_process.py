@@ -30,6 +30,8 @@ import resource
 import shutil
 import signal
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -57,6 +59,7 @@ class JobStatus(StrEnum):
     ERROR = "error"  # the job raised a Python exception
     CRASHED = "crashed"  # the process died (signal or exit) without answering
     TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"  # the parent gave up on the job (the run is stopping)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,7 @@ class Limits:
     # compilers that work through subprocesses (torch.compile's inductor) need to start
     # processes; every other isolation stays, and the whole group is killed at the end
     allow_processes: bool = False
+    cores: tuple[int, ...] | None = None  # run only on these cores (a lease), if given
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +110,8 @@ def _context() -> multiprocessing.context.ForkServerContext:
 def _confine(limits: Limits, workdir: Path, environ: Mapping[str, str]) -> None:
     """Everything the child does to itself before the job's code runs."""
     os.setsid()
+    if limits.cores:
+        os.sched_setaffinity(0, limits.cores)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
     if limits.cpu_s is not None:
@@ -170,12 +176,14 @@ def run_job(
     *args: Any,
     limits: Limits | None = None,
     stage: Mapping[str, Path] | None = None,
+    cancel: threading.Event | None = None,
 ) -> JobOutcome:
     """Run ``job(*args)`` in a fresh sandboxed process and return how it ended.
 
     ``job`` must be a module-level function; arguments and result cross a pipe (pickled).
     ``stage`` copies files into the job's working directory (relative name -> source),
     so the job can read them whatever the permissions of their original location.
+    Setting ``cancel`` kills the job and ends it as ``cancelled``.
     """
     limits = limits or Limits()
     _sweep_abandoned_job_dirs()
@@ -189,7 +197,7 @@ def run_job(
             target = workdir / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
-        return _supervise(job, args, limits, workdir)
+        return _supervise(job, args, limits, workdir, cancel)
     except OSError as exc:
         raise SandboxError(f"cannot stage files for a job in {workdir}: {exc}") from exc
     finally:
@@ -220,7 +228,8 @@ def _alive(pid: int) -> bool:
 
 
 def _supervise(
-    job: Callable[..., Any], args: tuple[Any, ...], limits: Limits, workdir: Path
+    job: Callable[..., Any], args: tuple[Any, ...], limits: Limits, workdir: Path,
+    cancel: threading.Event | None,
 ) -> JobOutcome:
     context = _context()
     receiver, sender = context.Pipe(duplex=False)
@@ -230,7 +239,7 @@ def _supervise(
     process.start()
     sender.close()
     try:
-        if receiver.poll(limits.wall_s):
+        if _answered(receiver, limits.wall_s, cancel):
             try:
                 status, value = pickle.loads(receiver.recv_bytes())
             except (EOFError, OSError, pickle.UnpicklingError):
@@ -240,6 +249,8 @@ def _supervise(
             if status is JobStatus.OK:
                 return JobOutcome(JobStatus.OK, value)
             return JobOutcome(JobStatus.ERROR, detail=str(value), output_tail=_tail(workdir))
+        if cancel is not None and cancel.is_set():
+            return JobOutcome(JobStatus.CANCELLED, detail="cancelled by the parent")
         if _exited(process):
             return _died(process, workdir)
         return JobOutcome(JobStatus.TIMED_OUT, detail=f"no answer within {limits.wall_s:.0f} s",
@@ -247,6 +258,21 @@ def _supervise(
     finally:
         _kill_group(process)
         receiver.close()
+
+
+def _answered(receiver: multiprocessing.connection.Connection, wall_s: float,
+              cancel: threading.Event | None) -> bool:
+    """Wait for the child's answer until ``wall_s`` has passed or ``cancel`` is set."""
+    if cancel is None:
+        return receiver.poll(wall_s)
+    deadline = time.monotonic() + wall_s
+    while not cancel.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        if receiver.poll(min(left, 0.2)):
+            return True
+    return False
 
 
 def _tail(workdir: Path) -> str:

@@ -51,6 +51,13 @@ class Blackboard:
         with self._lock:
             return frozenset(self._judged)
 
+    def taken(self) -> frozenset[str]:
+        """Candidates no one should propose now: judged, or held by a live claim."""
+        now = self._clock()
+        with self._lock:
+            live = {cid for cid, claim in self._claims.items() if claim.expires > now}
+            return frozenset(self._judged | live)
+
     def claim(self, candidate_id: str, owner: str) -> bool:
         """True if ``owner`` may evaluate ``candidate_id`` now (nobody judged or holds it)."""
         now = self._clock()

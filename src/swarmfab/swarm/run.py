@@ -1,11 +1,16 @@
 """The run loop: propose, evaluate, gate, record; until the budget is spent.
 
-Agents never propose a candidate that already has a verdict in the run (they see the
-judged ids in their context), and the store's unique (run, candidate) index backs that.
+Up to the executor's capacity, evaluations run at once; this loop (one thread) keeps
+them fed with proposals and handles each result as it completes: record, grow the corpus,
+gate, archive, supervise. Agents never propose a candidate that is judged or claimed by
+an evaluation in flight (they see those ids in their context); the blackboard's claims
+and the store's unique (run, candidate) index back that.
 
-One direction of calls: the loop asks agents for proposals, the evaluator for verdicts,
-the gate for decisions and the store to remember. Agents, evaluator and store never call
-back into the loop.
+A candidate timed against an incumbent that has since been dethroned is timed again
+against the current champion before it may take its place (a rematch).
+
+One direction of calls: the loop asks agents for proposals, the executor for verdicts,
+the gate for decisions and the store to remember. None of them calls back into the loop.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +27,7 @@ from typing import Any
 from swarmfab.agents import Agent, Context
 from swarmfab.backends import get_backend
 from swarmfab.errors import StoreError, SwarmfabError
-from swarmfab.evaluation import Evaluator, Implementation, SideBySide
+from swarmfab.evaluation import Cancelled, Evaluator, Implementation, SideBySide
 from swarmfab.goal import Goal
 from swarmfab.kernels import DesignSpace
 from swarmfab.knowledge import Store
@@ -29,7 +35,8 @@ from swarmfab.measure import CONFIRMATION, TimingPolicy
 from swarmfab.records import Candidate, Status, Verdict
 from swarmfab.swarm.archive import Archive, knob_descriptor
 from swarmfab.swarm.blackboard import Blackboard
-from swarmfab.swarm.gate import judge
+from swarmfab.swarm.executors import Evaluation, Executor, LocalExecutor
+from swarmfab.swarm.gate import GateDecision, judge
 from swarmfab.swarm.hosts import host_peaks
 from swarmfab.swarm.status import RunStatus, StatusTracker
 from swarmfab.swarm.supervisor import Supervisor
@@ -42,6 +49,20 @@ FINAL_SHARE = 0.2  # of the budget kept for the closing side-by-side measurement
 # baselines only pick the first incumbent; candidates are then timed against it directly
 CALIBRATION = TimingPolicy(min_rounds=3, max_rounds=10, max_seconds=2.0, warmup_calls=1)
 FUZZ_PER_EVALUATION = 3  # fresh random cases added to the corpus cases of every evaluation
+# evaluations in flight at the end of the search may finish in the first half of the
+# closing share of the budget; those still running then are cancelled (no verdict)
+GRACE_SHARE = FINAL_SHARE / 2
+
+
+@dataclass(frozen=True, slots=True)
+class _Submission:
+    """An evaluation in flight: who proposed it and what it is timed against."""
+
+    agent: Agent
+    candidate: Candidate
+    incumbent: str | None  # the champion's id when submitted (None: the baselines)
+    gain: float  # that incumbent's geometric-mean speedup over the baselines
+    corpus: int  # how many corpus cases there were (later ones are checked before crowning)
 
 
 @dataclass(slots=True)
@@ -63,11 +84,13 @@ class Run:
         self, goal: Goal, store: Store, evaluator: Evaluator, space: DesignSpace,
         agents: Sequence[Agent], workdir: Path, log: Callable[[str], None] = print,
         fallback: Agent | None = None, observer: Callable[[RunStatus], None] | None = None,
+        executor: Executor | None = None,
     ):
         self.goal, self.store, self.evaluator, self.space = goal, store, evaluator, space
         self.agents, self.workdir, self._log = list(agents), workdir, log
         self.fallback = fallback  # asked only when every agent is out of proposals
         self.observer = observer  # live displays get snapshots, never the run itself
+        self.executor = executor  # default: a local pool sized by the goal or the host
         self.tracker = StatusTracker(goal.budget_s)
         self.rng = random.Random(goal.seed)
         self.champion: Candidate | None = None
@@ -112,11 +135,13 @@ class Run:
             baselines = self._prepare()
             deadline = started + self.goal.budget_s * (1 - FINAL_SHARE)
             self._phase("searching")
-            searched, worked = time.monotonic(), self.evaluator.work_s
-            self._search(run_id, deadline)
-            self.overhead = _overhead(time.monotonic() - searched, self.evaluator.work_s - worked)
+            searched, idle = time.monotonic(), self.evaluator.cores.idle_seconds()
+            self._search_with_executor(run_id, deadline,
+                                       started + self.goal.budget_s * (1 - GRACE_SHARE))
+            self.overhead = _overhead(time.monotonic() - searched,
+                                      self.evaluator.cores.idle_seconds() - idle)
             self.log(f"platform overhead: {self.overhead:.1%} of the search's wall time "
-                     "(time not spent building, verifying or timing)")
+                     "(no core building, verifying or timing)")
             if self.champion is not None:
                 self._phase("confirming the champion side by side")
                 self.log("search over: timing the champion and the baselines side by side")
@@ -206,26 +231,81 @@ class Run:
         self.baseline_incumbents = dict(self.incumbents)
         return names
 
-    def _search(self, run_id: str, deadline: float) -> None:
-        while time.monotonic() < deadline and not self._out_of_evaluations(self.evaluations):
+    def _search_with_executor(self, run_id: str, deadline: float, hard_deadline: float) -> None:
+        executor = self.executor or LocalExecutor(self.evaluator, self.goal.workers)
+        cores = len(self.evaluator.cores.cores)
+        self.log(f"{executor.capacity} evaluation(s) at a time, on {cores} core(s), "
+                 f"{self.goal.threads} thread(s) per benchmark")
+        try:
+            self._search(run_id, executor, deadline, hard_deadline)
+        except BaseException:
+            executor.cancel()  # Ctrl-C or a platform error: stop the jobs in flight
+            raise
+        finally:
+            if self.executor is None:
+                executor.close()
+
+    def _search(self, run_id: str, executor: Executor, deadline: float,
+                hard_deadline: float) -> None:
+        in_flight: dict[Future[Evaluation], _Submission] = {}
+        exhausted = False
+        while True:
+            if not exhausted:
+                exhausted = self._fill(executor, in_flight, deadline)
+            if not in_flight:
+                if exhausted:
+                    self.log("every agent is out of proposals: the space is exhausted")
+                break
+            now = time.monotonic()
+            limit = (deadline if now < deadline else hard_deadline) - now
+            done, _ = wait(list(in_flight), timeout=max(0.0, limit), return_when=FIRST_COMPLETED)
+            if not done and time.monotonic() >= hard_deadline:
+                self.log(f"budget spent: {len(in_flight)} evaluation(s) in flight cancelled")
+                executor.cancel()
+                done, _ = wait(list(in_flight))
+            for future in done:
+                self._complete(run_id, in_flight.pop(future), future)
+            if done:
+                exhausted = False  # a new verdict or champion may open new proposals
+
+    def _fill(self, executor: Executor, in_flight: dict[Future[Evaluation], _Submission],
+              deadline: float) -> bool:
+        """Submit proposals until the executor is full; True when no agent has any."""
+        while (len(in_flight) < executor.capacity and time.monotonic() < deadline
+               and not self._out_of_evaluations(self.evaluations + len(in_flight))):
             proposal = self._next_proposal()
             if proposal is None:
-                self.log("every agent is out of proposals: the space is exhausted")
-                break
+                return True
             agent, candidate = proposal
             if not self.blackboard.claim(candidate.id, agent.id):
-                continue  # someone else holds it, or it was judged meanwhile
+                continue  # taken between the proposal and the claim
+            fuzz = draw_cases(self.evaluator.workload, self.rng, FUZZ_PER_EVALUATION)
+            future = executor.submit(candidate, self.incumbents, fuzz)
+            in_flight[future] = _Submission(agent, candidate,
+                                            self.champion.id if self.champion else None,
+                                            self.champion_gain, len(self.evaluator.cases))
             self.tracker.activity[agent.id] = f"{candidate.id[:10]}: evaluating"
             self._observe()
-            try:
-                promoted = self._evaluate(run_id, candidate, self.evaluations + 1)
-            finally:
-                self.blackboard.release(candidate.id, judged=True)
-            self.evaluations += 1
-            self._remember(agent, candidate, promoted)
-            self.tracker.evaluated(agent.id, candidate.id, self.recent[-1], promoted)
-            self._supervise(run_id, agent, promoted)
-            self._observe()
+        return False
+
+    def _complete(self, run_id: str, submission: _Submission,
+                  future: Future[Evaluation]) -> None:
+        """Handle one finished evaluation; a cancelled one leaves no trace but its claim."""
+        candidate = submission.candidate
+        try:
+            evaluation = future.result()
+        except Cancelled:
+            self.blackboard.release(candidate.id, judged=False)
+            return
+        try:
+            promoted = self._judge(run_id, submission, evaluation, self.evaluations + 1)
+        finally:
+            self.blackboard.release(candidate.id, judged=True)
+        self.evaluations += 1
+        self._remember(submission, promoted)
+        self.tracker.evaluated(submission.agent.id, candidate.id, self.recent[-1], promoted)
+        self._supervise(run_id, submission.agent, promoted)
+        self._observe()
 
     def _next_proposal(self) -> tuple[Agent, Candidate] | None:
         """Ask agents in turn (skipping benched ones), each with its island's parents; the
@@ -261,7 +341,7 @@ class Run:
         self.log(f"supervisor: {intervention.reason}")
 
     def _context(self, agent: Agent | None = None) -> Context:
-        evaluated = self.blackboard.judged()  # the store's verdicts, without a query
+        evaluated = self.blackboard.taken()  # judged (the store's verdicts) or in flight
         island = self._island(agent) if agent is not None else 0
         parents = tuple(self.archive.sample(island, self.rng))
         return Context(self.goal, self.space, self.champion, evaluated,
@@ -270,28 +350,32 @@ class Run:
     def _island(self, agent: Agent) -> int:
         return self.agents.index(agent) % self.archive.islands if agent in self.agents else 0
 
-    def _remember(self, agent: Agent, candidate: Candidate, promoted: bool) -> None:
+    def _remember(self, submission: _Submission, promoted: bool) -> None:
         """File a verified candidate in the archive, its fitness relative to the baselines."""
         verdict = self.recent[-1]
         if verdict.status is not Status.ACCEPTED or not verdict.timings:
             return
         speedups = [t.ratio.inverted().median for t in verdict.timings]
         relative = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
-        fitness = self.champion_gain * relative  # it was timed against the incumbent
-        self.archive.add(candidate, fitness, self._island(agent))
+        fitness = submission.gain * relative  # it was timed against that incumbent
+        self.archive.add(submission.candidate, fitness, self._island(submission.agent))
         if promoted:
             self.champion_gain = fitness
 
-    def _evaluate(self, run_id: str, candidate: Candidate, number: int) -> bool:
-        fuzz = draw_cases(self.evaluator.workload, self.rng, FUZZ_PER_EVALUATION)
-        verdict = self.evaluator.evaluate(candidate, self.incumbents, fuzz)
+    def _judge(self, run_id: str, submission: _Submission, evaluation: Evaluation,
+               number: int) -> bool:
+        """Record a verdict, keep its counterexample, and crown it if the gate says so."""
+        candidate, verdict = submission.candidate, evaluation.verdict
         self.store.record(run_id, candidate, verdict)
         self.recent.append(verdict)
-        failed = verdict.failed_check
-        counterexample = self.evaluator.case_of(failed, fuzz) if failed else None
-        if counterexample is not None:
-            self._grow_corpus(run_id, counterexample, candidate)
+        if evaluation.counterexample is not None:
+            self._grow_corpus(run_id, evaluation.counterexample, candidate)
         decision = judge(verdict)
+        current = self.champion.id if self.champion else None
+        if decision.promote and len(self.evaluator.cases) > submission.corpus:
+            decision = self._check_new_cases(candidate, submission.corpus)
+        if decision.promote and submission.incumbent != current:
+            decision = self._rematch(run_id, candidate)
         line = f"[{number:3d}] {candidate.agent:<20} {candidate.id[:10]} {verdict.status.value:<12}"
         if verdict.status is Status.ACCEPTED:
             speedups = " ".join(f"{t.ratio.inverted().median:.2f}x" for t in verdict.timings)
@@ -303,6 +387,28 @@ class Run:
             line += "  -> new champion"
         self.log(line + f"  ({candidate.rationale})")
         return decision.promote
+
+    def _check_new_cases(self, candidate: Candidate, known: int) -> GateDecision:
+        """The corpus grew while ``candidate`` was evaluated: it must pass the new cases."""
+        new = self.evaluator.cases[known:]
+        recheck = self.evaluator.verify(candidate, new)
+        if recheck.status is Status.ACCEPTED:
+            return GateDecision(True, f"also correct on {len(new)} case(s) added meanwhile")
+        reason = f"fails a corpus case added while it was evaluated: {recheck.reason}"
+        self.blackboard.publish("recheck-failed", f"{candidate.id}: {reason}")
+        self.log(f"not crowned: {candidate.id[:10]} {reason[:120]}")
+        return GateDecision(False, reason)
+
+    def _rematch(self, run_id: str, candidate: Candidate) -> GateDecision:
+        """The champion changed while ``candidate`` was timed: time it against the new one."""
+        verdict = self.evaluator.rematch(candidate, self.incumbents)
+        decision = judge(verdict)
+        gains = " ".join(f"{t.ratio.inverted().median:.2f}x" for t in verdict.timings)
+        detail = (f"{candidate.id} timed again against the current champion: "
+                  f"{gains or verdict.reason[:100]}; {decision.reason}")
+        self.blackboard.publish("rematch", detail)
+        self.log(f"rematch: {detail}")
+        return decision
 
     def _grow_corpus(self, run_id: str, found: Case, candidate: Candidate) -> None:
         """Keep a fuzzing counterexample forever, and re-check the champion against it."""
