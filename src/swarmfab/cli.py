@@ -351,6 +351,8 @@ def show(
         "goal": record.goal, "host": record.host, "champion": record.champion_id,
         "champion_figures": (record.summary or {}).get("shapes", []),
         "archive": (record.summary or {}).get("archive", []),
+        "search": (record.summary or {}).get("search"),  # seconds, evaluations, workers
+        "overhead": (record.summary or {}).get("overhead"),
         "verdicts": len(rows),
         "by_status": dict(Counter(row.status for row in rows)),
         "by_agent": dict(Counter(row.agent for row in rows)),

@@ -104,6 +104,8 @@ class Run:
             knob.name for knob in space.knobs if knob.domain in ("algorithm", "parallelism"))))
         self.champion_gain = 1.0  # the champion's geometric-mean speedup over the baselines
         self.overhead: float | None = None  # share of search time not spent in real work
+        self.search_s = 0.0
+        self.workers = 0  # evaluations in flight at once, once the search started
         self._turn, self._explore_turns = 0, 0
         self.evaluations = 0  # in this session (a resumed run counts from zero again)
         self._benched: dict[str, int] = {}
@@ -138,8 +140,8 @@ class Run:
             searched, idle = time.monotonic(), self.evaluator.cores.idle_seconds()
             self._search_with_executor(run_id, deadline,
                                        started + self.goal.budget_s * (1 - GRACE_SHARE))
-            self.overhead = _overhead(time.monotonic() - searched,
-                                      self.evaluator.cores.idle_seconds() - idle)
+            self.search_s = time.monotonic() - searched
+            self.overhead = _share(self.evaluator.cores.idle_seconds() - idle, self.search_s)
             self.log(f"platform overhead: {self.overhead:.1%} of the search's wall time "
                      "(no core building, verifying or timing)")
             if self.champion is not None:
@@ -162,6 +164,8 @@ class Run:
             summary = _summary(self.champion, final, champion_dir)
             summary["archive"] = self.archive.summary()
             summary["overhead"] = self.overhead
+            summary["search"] = {"seconds": self.search_s, "evaluations": self.evaluations,
+                                 "workers": self.workers}
             self._close(run_id, status, summary)
         return RunResult(run_id, self.champion, champion_dir, self.evaluations,
                          self.store.status_counts(run_id), final, baselines, status)
@@ -233,6 +237,7 @@ class Run:
 
     def _search_with_executor(self, run_id: str, deadline: float, hard_deadline: float) -> None:
         executor = self.executor or LocalExecutor(self.evaluator, self.goal.workers)
+        self.workers = executor.capacity
         cores = len(self.evaluator.cores.cores)
         self.log(f"{executor.capacity} evaluation(s) at a time, on {cores} core(s), "
                  f"{self.goal.threads} thread(s) per benchmark")
@@ -244,6 +249,7 @@ class Run:
         finally:
             if self.executor is None:
                 executor.close()
+            self.evaluator.resume()  # cancelled jobs stay cancelled; the closing benchmark runs
 
     def _search(self, run_id: str, executor: Executor, deadline: float,
                 hard_deadline: float) -> None:
@@ -491,5 +497,5 @@ def _as_tuple(estimate: Any) -> tuple[float, float, float]:
     return tuple(v if math.isfinite(v) else float("nan") for v in values)  # type: ignore[return-value]
 
 
-def _overhead(wall_s: float, work_s: float) -> float | None:
-    return None if wall_s <= 0 else max(0.0, 1 - work_s / wall_s)
+def _share(part_s: float, whole_s: float) -> float | None:
+    return None if whole_s <= 0 else min(1.0, max(0.0, part_s / whole_s))

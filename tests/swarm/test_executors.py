@@ -1,0 +1,221 @@
+"""Several evaluations at once: disjoint cores, no candidate judged twice, rematches."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+import torch
+
+from swarmfab.agents.builtin import RestartAgent, domain_agents
+from swarmfab.evaluation import CoreBroker, Evaluator, Implementation
+from swarmfab.goal import Goal
+from swarmfab.kernels import design_space
+from swarmfab.knowledge import Store
+from swarmfab.records import Candidate
+from swarmfab.sandbox import JobStatus, Limits, run_job
+from swarmfab.swarm import Run
+from swarmfab.swarm.executors import Evaluation, LocalExecutor, default_workers
+from swarmfab.workloads import Case, get_workload
+
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+
+
+# -- the core broker ------------------------------------------------------------------
+def test_leases_never_share_a_core_and_do_run_side_by_side() -> None:
+    broker = CoreBroker([0, 1])
+    busy: set[int] = set()
+    lock = threading.Lock()
+    overlaps, most = [], [0]
+
+    def work(count: int) -> None:
+        with broker.lease(count) as cores:
+            with lock:
+                overlaps.extend(set(cores) & busy)
+                busy.update(cores)
+                most[0] = max(most[0], len(busy))
+            time.sleep(0.05)
+            with lock:
+                busy.difference_update(cores)
+
+    threads = [threading.Thread(target=work, args=(1 + i % 2,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert overlaps == []
+    assert most[0] == 2  # two one-core leases (or one two-core lease) held at once
+
+
+def test_a_lease_larger_than_the_host_takes_every_core() -> None:
+    broker = CoreBroker([3, 5])
+    with broker.lease(8) as cores:
+        assert cores == (3, 5)
+
+
+def test_idle_time_is_the_time_without_any_lease() -> None:
+    now = [0.0]
+    broker = CoreBroker([0, 1], clock=lambda: now[0])
+    now[0] = 2.0
+    with broker.lease(1):
+        now[0] = 5.0
+        with broker.lease(1):
+            now[0] = 6.0
+    now[0] = 7.5
+    assert broker.idle_seconds() == pytest.approx(2.0 + 1.5)
+
+
+def test_pool_size_follows_the_host() -> None:
+    assert default_workers(cores=2, threads=1) == 2
+    assert default_workers(cores=2, threads=2) == 1
+    assert default_workers(cores=16, threads=4) == 4
+    assert default_workers(cores=1, threads=8) == 1
+
+
+# -- jobs on leased cores, and cancelled ---------------------------------------------------
+def _affinity() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_a_job_runs_only_on_its_leased_cores() -> None:
+    core = max(os.sched_getaffinity(0))
+    outcome = run_job(_affinity, limits=Limits(cores=(core,)))
+    assert outcome.status is JobStatus.OK and outcome.value == [core]
+
+
+def test_a_cancelled_job_is_killed_at_once() -> None:
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    started = time.monotonic()
+    outcome = run_job(_sleep, 60.0, limits=Limits(wall_s=60), cancel=cancel)
+    assert outcome.status is JobStatus.CANCELLED
+    assert time.monotonic() - started < 10
+
+
+# -- whole runs with two workers -----------------------------------------------------
+GOAL = {"workload": "kda", "budget": "60s", "threads": 1, "workers": 2, "seed": 3,
+        "shapes": [{"B": 1, "T": 64, "H": 2, "K": 16, "V": 16}]}
+
+
+def _run(tmp_path: Path, goal: Goal, executor: Callable[[Evaluator], LocalExecutor]
+         ) -> tuple[Run, Store, LocalExecutor]:
+    workload = get_workload(goal.workload)
+    store = Store(tmp_path / "x.db")
+    evaluator = Evaluator(workload, goal.target_shapes(), tmp_path / "cache", threads=1,
+                          tolerances=workload.tolerances(torch.float32),
+                          limits=Limits(wall_s=60), seed=goal.seed)
+    space = design_space(goal.workload)
+    pool = executor(evaluator)
+    run = Run(goal, store, evaluator, space, domain_agents(space.knobs), tmp_path,
+              log=lambda line: None, fallback=RestartAgent(), executor=pool)
+    return run, store, pool
+
+
+class _Recording(LocalExecutor):
+    """A local executor that remembers what it was given and how much ran at once."""
+
+    def __init__(self, evaluator: Evaluator, workers: int = 2):
+        super().__init__(evaluator, workers)
+        self.submitted: list[str] = []
+        self.in_flight = self.most_in_flight = 0
+        self._lock = threading.Lock()
+
+    def submit(self, candidate: Candidate, incumbents: dict[str, Implementation],
+               extra_cases: Sequence[Case]) -> Future[Evaluation]:
+        with self._lock:
+            self.submitted.append(candidate.id)
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        future = super().submit(candidate, incumbents, extra_cases)
+        future.add_done_callback(lambda _: self._finished())
+        return future
+
+    def _finished(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+
+@needs_gcc
+@two_cores
+@pytest.mark.slow
+def test_two_workers_never_evaluate_one_candidate_twice(tmp_path: Path) -> None:
+    goal = Goal.model_validate({**GOAL, "max_evaluations": 8})
+    run, store, executor = _run(tmp_path, goal, _Recording)
+    assert isinstance(executor, _Recording)
+    try:
+        result = run.execute()
+    finally:
+        executor.close()
+    assert result.status == "finished" and result.evaluations == 8
+    assert len(executor.submitted) == len(set(executor.submitted)) == 8
+    assert executor.most_in_flight == 2  # the two workers did run side by side
+    verdicts = store.verdicts(result.run_id)
+    assert sorted(row.candidate_id for row, _ in verdicts) == sorted(executor.submitted)
+    assert result.champion is not None
+
+
+class _HeldBack(LocalExecutor):
+    """Evaluates the first two candidates side by side, then hands their verdicts back
+    in order, so the second is judged after the first became champion."""
+
+    def __init__(self, evaluator: Evaluator):
+        super().__init__(evaluator, workers=2)
+        self.futures: list[Future[Evaluation]] = []
+
+    def submit(self, candidate: Candidate, incumbents: dict[str, Implementation],
+               extra_cases: Sequence[Case]) -> Future[Evaluation]:
+        inner = super().submit(candidate, incumbents, extra_cases)
+        held: Future[Evaluation] = Future()
+        self.futures.append(held)
+        if len(self.futures) <= 2:
+            index = len(self.futures) - 1
+
+            def release(done: Future[Evaluation]) -> None:
+                if index == 1:
+                    self._wait_for(0)
+                held.set_result(done.result())
+
+            inner.add_done_callback(lambda done: threading.Thread(
+                target=release, args=(done,)).start())
+        else:
+            inner.add_done_callback(lambda done: held.set_result(done.result()))
+        return held
+
+    def _wait_for(self, index: int) -> None:
+        while not self.futures[index].done():
+            time.sleep(0.01)
+        time.sleep(0.5)  # let the run loop crown the first one
+
+
+@needs_gcc
+@two_cores
+@pytest.mark.slow
+def test_a_candidate_timed_against_a_dethroned_incumbent_is_timed_again(
+    tmp_path: Path,
+) -> None:
+    goal = Goal.model_validate({**GOAL, "max_evaluations": 2})
+    run, store, executor = _run(tmp_path, goal, _HeldBack)
+    try:
+        result = run.execute()
+    finally:
+        executor.close()
+    verdicts = store.verdicts(result.run_id)
+    assert len(verdicts) == 2
+    first, second = (row.candidate_id for row, _ in verdicts)
+    assert verdicts[0][0].became_champion, "the first beats the baselines"
+    rematches = store.events(result.run_id, "rematch")
+    assert len(rematches) == 1 and rematches[0][1].startswith(second)
+    # crowned only if it beat the first champion in the rematch
+    assert result.champion is not None
+    assert result.champion.id in (first, second)
