@@ -130,3 +130,21 @@ def test_restart_agent_covers_the_whole_space_then_stops(goal: Goal, space: Desi
     assert len(proposals) == space.size() - 1
     assert settings == every - {tuple(champion.knobs[k.name] for k in space.knobs)}
     assert all(c.agent == "builtin-restart" for c in proposals)
+
+
+def test_a_champion_from_another_domain_rebases_the_agent(goal: Goal, space: DesignSpace) -> None:
+    agents = {agent.role: agent for agent in domain_agents(space.knobs)}
+    mine, other = agents[space.domains[0]], agents[space.domains[1]]
+    first = space.instantiate(space.default(), threads=1)
+    before = mine.propose(_context(goal, space, first, {first.id}), limit=1)[0]
+    # another domain's change lands: a new champion differing in that domain's knobs
+    changed = dict(space.default())
+    knob = other.knobs[0]
+    changed[knob.name] = next(v for v in knob.values if v != knob.default)
+    crowned = space.instantiate(changed, threads=1, parents=(first.id,), agent=other.id)
+    after = mine.propose(_context(goal, space, crowned, {first.id, crowned.id}), limit=1)[0]
+    assert before.knobs[knob.name] == knob.default and before.parents == (first.id,)
+    assert after.knobs[knob.name] == changed[knob.name], "still searching around the old champion"
+    assert after.parents == (crowned.id,)
+    differs = {name for name in after.knobs if after.knobs[name] != crowned.knobs[name]}
+    assert differs and differs <= {k.name for k in mine.knobs}

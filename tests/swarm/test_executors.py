@@ -219,3 +219,21 @@ def test_a_candidate_timed_against_a_dethroned_incumbent_is_timed_again(
     # crowned only if it beat the first champion in the rematch
     assert result.champion is not None
     assert result.champion.id in (first, second)
+
+
+@needs_gcc
+@pytest.mark.slow
+def test_a_stagnating_run_is_redirected_and_the_intervention_recorded(tmp_path: Path) -> None:
+    from swarmfab.swarm.supervisor import Supervisor
+
+    goal = Goal.model_validate({**GOAL, "workers": 1, "max_evaluations": 7})
+    run, store, executor = _run(tmp_path, goal, lambda e: LocalExecutor(e, workers=1))
+    run.supervisor = Supervisor(patience=2, turns=2)
+    try:
+        result = run.execute()
+    finally:
+        executor.close()
+    interventions = store.events(result.run_id, "intervention")
+    assert interventions and "no new champion for 2 evaluations" in interventions[0][1]
+    agents = [row.agent for row, _ in store.verdicts(result.run_id)]
+    assert "builtin-restart" in agents[3:], f"no exploration after the intervention: {agents}"
