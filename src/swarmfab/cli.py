@@ -29,6 +29,21 @@ app = typer.Typer(
 app.add_typer(corpus_app, name="corpus")
 WorkersOption = Annotated[int | None, typer.Option(
     help="Evaluations at once (default: as many benchmarks as fit on the host's cores).")]
+ExecutorOption = Annotated[str, typer.Option(
+    help="Where evaluations run: local (a pool on this host) or ray (a Ray cluster).")]
+AddressOption = Annotated[str, typer.Option(
+    help="Ray cluster address with --executor ray: auto, or HOST:PORT.")]
+
+
+def _executor_factory(executor: str, address: str) -> Any:
+    """The run's executor factory; None means the default local pool."""
+    if executor == "local":
+        return None
+    if executor != "ray":
+        raise GoalError(f"unknown executor {executor!r}; choose local or ray")
+    from swarmfab.swarm.ray_executor import RayExecutor
+
+    return lambda evaluator, workers: RayExecutor(evaluator, address, workers)
 
 
 def _goal(target: str, budget: str | None, threads: int | None, seed: int | None,
@@ -69,11 +84,14 @@ def run(
     seed: Annotated[int | None, typer.Option(help="Seed of agents and inputs.")] = None,
     max_evaluations: Annotated[int | None, typer.Option(help="Stop after N evaluations.")] = None,
     workers: WorkersOption = None,
+    executor: ExecutorOption = "local",
+    address: AddressOption = "auto",
     workdir: Annotated[Path, typer.Option(help="Build cache and champions.")] = Path(".swarmfab"),
 ) -> None:
     """Optimise a workload: agents propose, every candidate is verified and benchmarked."""
     goal = _goal(target, budget, threads, seed, max_evaluations, workers)
-    _launch(goal, Store(db), workdir, resume=None)
+    _launch(goal, Store(db), workdir, resume=None,
+            executor=_executor_factory(executor, address))
 
 
 @app.command()
@@ -84,6 +102,8 @@ def resume(
     db: DbOption = str(DEFAULT_DB),
     max_evaluations: Annotated[int | None, typer.Option(help="Stop after N evaluations.")] = None,
     workers: WorkersOption = None,
+    executor: ExecutorOption = "local",
+    address: AddressOption = "auto",
     workdir: Annotated[Path, typer.Option(help="Build cache and champions.")] = Path(".swarmfab"),
 ) -> None:
     """Continue an interrupted or killed run: nothing already judged is evaluated again."""
@@ -96,10 +116,12 @@ def resume(
                      "stop it first (this continues from what it recorded)", highlight=False)
     goal = Goal.model_validate(record.goal).with_overrides(
         budget=budget, max_evaluations=max_evaluations, workers=workers)
-    _launch(goal, store, workdir, resume=record.id)
+    _launch(goal, store, workdir, resume=record.id,
+            executor=_executor_factory(executor, address))
 
 
-def _launch(goal: Any, store: Store, workdir: Path, resume: str | None) -> None:
+def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
+            executor: Any = None) -> None:
     from swarmfab.agents.builtin import RestartAgent, domain_agents
     from swarmfab.kernels import design_space
     from swarmfab.report import run_table
@@ -111,7 +133,8 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None) -> None:
 
     def execute(log: Callable[[str], None], observer: Callable[[Any], None] | None) -> Any:
         return Run(goal, store, evaluator, space, domain_agents(space.knobs), workdir,
-                   log=log, fallback=RestartAgent(), observer=observer).execute(resume)
+                   log=log, fallback=RestartAgent(), observer=observer,
+                   executor=executor).execute(resume)
 
     if console.is_terminal:  # a live panel; pipes and CI get plain lines
         with LiveProgress(console) as live:

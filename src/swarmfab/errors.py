@@ -8,7 +8,8 @@ SwarmfabError                 anything swarmfab reports to the user as a clear m
 ├── BuildError                a candidate failed to compile; carries structured diagnostics
 ├── SandboxError              the sandbox itself could not run a job (not the candidate's fault)
 ├── MeasurementError          a trusted implementation (baseline, champion) failed to be timed
-└── StoreError                the knowledge store cannot be opened, read or written
+├── StoreError                the knowledge store cannot be opened, read or written
+└── ClusterError              the Ray cluster cannot be reached, or lost every evaluator
 ```
 
 A candidate that misbehaves (crashes, hangs, gives wrong answers) is not an error: it is
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 __all__ = [
     "BuildError",
     "CandidateError",
+    "ClusterError",
     "Diagnostic",
     "GoalError",
     "MeasurementError",
@@ -81,3 +83,7 @@ class MeasurementError(SwarmfabError):
 
 class StoreError(SwarmfabError):
     """The knowledge store cannot be opened, read or written."""
+
+
+class ClusterError(SwarmfabError):
+    """The Ray cluster cannot be reached, or every evaluator on it was lost."""

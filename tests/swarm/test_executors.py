@@ -108,24 +108,23 @@ GOAL = {"workload": "kda", "budget": "60s", "threads": 1, "workers": 2, "seed": 
         "shapes": [{"B": 1, "T": 64, "H": 2, "K": 16, "V": 16}]}
 
 
-def _run(tmp_path: Path, goal: Goal, executor: Callable[[Evaluator], LocalExecutor]
-         ) -> tuple[Run, Store, LocalExecutor]:
+def _run(tmp_path: Path, goal: Goal, executor: Callable[[Evaluator, int | None], LocalExecutor]
+         ) -> tuple[Run, Store]:
     workload = get_workload(goal.workload)
     store = Store(tmp_path / "x.db")
     evaluator = Evaluator(workload, goal.target_shapes(), tmp_path / "cache", threads=1,
                           tolerances=workload.tolerances(torch.float32),
                           limits=Limits(wall_s=60), seed=goal.seed)
     space = design_space(goal.workload)
-    pool = executor(evaluator)
     run = Run(goal, store, evaluator, space, domain_agents(space.knobs), tmp_path,
-              log=lambda line: None, fallback=RestartAgent(), executor=pool)
-    return run, store, pool
+              log=lambda line: None, fallback=RestartAgent(), executor=executor)
+    return run, store
 
 
 class _Recording(LocalExecutor):
     """A local executor that remembers what it was given and how much ran at once."""
 
-    def __init__(self, evaluator: Evaluator, workers: int = 2):
+    def __init__(self, evaluator: Evaluator, workers: int | None = 2):
         super().__init__(evaluator, workers)
         self.submitted: list[str] = []
         self.in_flight = self.most_in_flight = 0
@@ -151,12 +150,10 @@ class _Recording(LocalExecutor):
 @pytest.mark.slow
 def test_two_workers_never_evaluate_one_candidate_twice(tmp_path: Path) -> None:
     goal = Goal.model_validate({**GOAL, "max_evaluations": 8})
-    run, store, executor = _run(tmp_path, goal, _Recording)
+    run, store = _run(tmp_path, goal, _Recording)
+    result = run.execute()
+    executor = run.executor
     assert isinstance(executor, _Recording)
-    try:
-        result = run.execute()
-    finally:
-        executor.close()
     assert result.status == "finished" and result.evaluations == 8
     assert len(executor.submitted) == len(set(executor.submitted)) == 8
     assert executor.most_in_flight == 2  # the two workers did run side by side
@@ -169,7 +166,7 @@ class _HeldBack(LocalExecutor):
     """Evaluates the first two candidates side by side, then hands their verdicts back
     in order, so the second is judged after the first became champion."""
 
-    def __init__(self, evaluator: Evaluator):
+    def __init__(self, evaluator: Evaluator, workers: int | None = 2):
         super().__init__(evaluator, workers=2)
         self.futures: list[Future[Evaluation]] = []
 
@@ -205,11 +202,8 @@ def test_a_candidate_timed_against_a_dethroned_incumbent_is_timed_again(
     tmp_path: Path,
 ) -> None:
     goal = Goal.model_validate({**GOAL, "max_evaluations": 2})
-    run, store, executor = _run(tmp_path, goal, _HeldBack)
-    try:
-        result = run.execute()
-    finally:
-        executor.close()
+    run, store = _run(tmp_path, goal, _HeldBack)
+    result = run.execute()
     verdicts = store.verdicts(result.run_id)
     assert len(verdicts) == 2
     first, second = (row.candidate_id for row, _ in verdicts)
@@ -227,12 +221,9 @@ def test_a_stagnating_run_is_redirected_and_the_intervention_recorded(tmp_path: 
     from swarmfab.swarm.supervisor import Supervisor
 
     goal = Goal.model_validate({**GOAL, "workers": 1, "max_evaluations": 7})
-    run, store, executor = _run(tmp_path, goal, lambda e: LocalExecutor(e, workers=1))
+    run, store = _run(tmp_path, goal, LocalExecutor)
     run.supervisor = Supervisor(patience=2, turns=2)
-    try:
-        result = run.execute()
-    finally:
-        executor.close()
+    result = run.execute()
     interventions = store.events(result.run_id, "intervention")
     assert interventions and "no new champion for 2 evaluations" in interventions[0][1]
     agents = [row.agent for row, _ in store.verdicts(result.run_id)]

@@ -42,7 +42,7 @@ from swarmfab.sandbox import JobOutcome, JobStatus, Limits, run_job
 from swarmfab.verify import compare_outputs, probes
 from swarmfab.workloads import AnyShape, Case, Inputs, Outputs, Tolerances, Workload
 
-__all__ = ["Cancelled", "Evaluator", "SideBySide"]
+__all__ = ["Cancelled", "Evaluator", "EvaluatorRecipe", "SideBySide"]
 
 REGRESSION_EPSILON = 0.02
 
@@ -65,6 +65,28 @@ class SideBySide:
 
     def roofline_fraction(self, name: str) -> float | None:
         return None if self.bound_s is None else self.bound_s / self.seconds[name].median
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluatorRecipe:
+    """Everything but the corpus and the build cache needed to rebuild an evaluator (the
+    references are computed again, and its secret salts are its own)."""
+
+    workload: str  # a built-in workload's name, or the path of a workload file
+    target_shapes: tuple[AnyShape, ...]
+    threads: int
+    tolerances: Tolerances
+    limits: Limits
+    policy: TimingPolicy
+    seed: int
+    peaks: HostPeaks | None
+
+    def build(self, cache_dir: Path, cases: list[Case]) -> Evaluator:
+        from swarmfab.workloads import get_workload
+
+        return Evaluator(get_workload(self.workload), self.target_shapes, cache_dir,
+                         threads=self.threads, tolerances=self.tolerances, limits=self.limits,
+                         policy=self.policy, seed=self.seed, cases=cases, peaks=self.peaks)
 
 
 class Evaluator:
@@ -91,6 +113,8 @@ class Evaluator:
         cores: CoreBroker | None = None,
     ):
         self.workload = workload
+        self.target_shapes = list(target_shapes)
+        self.seed = seed
         self.cache_dir = cache_dir
         self.threads = threads
         self.tolerances = tolerances
@@ -116,6 +140,12 @@ class Evaluator:
         if workload.source_file is not None:
             self._job_workload = f"workload/{Path(workload.source_file).name}"
             self._stage = {self._job_workload: Path(workload.source_file)}
+
+    def recipe(self) -> EvaluatorRecipe:
+        """How to make an equivalent evaluator elsewhere (another process or machine)."""
+        workload = self.workload.source_file or self.workload.name
+        return EvaluatorRecipe(str(workload), tuple(self.target_shapes), self.threads,
+                               self.tolerances, self.limits, self.policy, self.seed, self.peaks)
 
     # -- references ----------------------------------------------------------------
     def reference(self, case: Case, nudged: bool = False) -> Outputs:

@@ -17,6 +17,7 @@ import torch
 
 from swarmfab.backends import Artifact, get_backend
 from swarmfab.measure import TimingPolicy, time_interleaved
+from swarmfab.records import Candidate
 from swarmfab.verify import probes
 from swarmfab.workloads import Case, Forward, Inputs, Outputs, Workload, get_workload
 
@@ -30,6 +31,8 @@ class Implementation:
     name: str
     artifact: Artifact | None = None
     baseline: str | None = None
+    # what the artifact was built from, so a worker on another machine can build it too
+    source: Candidate | None = None
 
     def load(self, workload: Workload, *, fill_outputs: bool) -> Forward:
         if self.artifact is not None:

@@ -14,7 +14,7 @@ host (its cores divided by the goal's threads per benchmark).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,7 +25,7 @@ from swarmfab.evaluation import Evaluator, Implementation
 from swarmfab.records import Candidate, Verdict
 from swarmfab.workloads import Case
 
-__all__ = ["Evaluation", "Executor", "LocalExecutor", "default_workers"]
+__all__ = ["Evaluation", "Executor", "ExecutorFactory", "LocalExecutor", "default_workers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,10 @@ class Executor(Protocol):
         first, and a ``SwarmfabError`` if the platform (not the candidate) failed."""
         ...
 
+    def describe(self) -> str:
+        """Where evaluations run, in a few words for the log."""
+        ...
+
     def cancel(self) -> None:
         """Stop every evaluation in flight (they end without a verdict)."""
         ...
@@ -56,6 +60,11 @@ class Executor(Protocol):
     def close(self) -> None:
         """Release the workers; in-flight evaluations finish or are cancelled first."""
         ...
+
+
+# (the run's evaluator, the goal's workers or None) -> an executor, made when the search
+# starts: after the references and the host's peaks exist
+ExecutorFactory = Callable[[Evaluator, "int | None"], Executor]
 
 
 def default_workers(cores: int, threads: int) -> int:
@@ -86,6 +95,11 @@ class LocalExecutor:
         failed = verdict.failed_check
         found = self.evaluator.case_of(failed, extra_cases) if failed is not None else None
         return Evaluation(candidate, verdict, found)
+
+    def describe(self) -> str:
+        return (f"{self.capacity} evaluation(s) at a time on this host's "
+                f"{len(self.evaluator.cores.cores)} core(s), {self.evaluator.threads} "
+                "thread(s) per benchmark")
 
     def cancel(self) -> None:
         self.evaluator.cancel()

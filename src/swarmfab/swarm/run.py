@@ -35,7 +35,7 @@ from swarmfab.measure import CONFIRMATION, TimingPolicy
 from swarmfab.records import Candidate, Status, Verdict
 from swarmfab.swarm.archive import Archive, knob_descriptor
 from swarmfab.swarm.blackboard import Blackboard
-from swarmfab.swarm.executors import Evaluation, Executor, LocalExecutor
+from swarmfab.swarm.executors import Evaluation, Executor, ExecutorFactory, LocalExecutor
 from swarmfab.swarm.gate import GateDecision, judge
 from swarmfab.swarm.hosts import host_peaks
 from swarmfab.swarm.status import RunStatus, StatusTracker
@@ -84,13 +84,15 @@ class Run:
         self, goal: Goal, store: Store, evaluator: Evaluator, space: DesignSpace,
         agents: Sequence[Agent], workdir: Path, log: Callable[[str], None] = print,
         fallback: Agent | None = None, observer: Callable[[RunStatus], None] | None = None,
-        executor: Executor | None = None,
+        executor: ExecutorFactory | None = None,
     ):
         self.goal, self.store, self.evaluator, self.space = goal, store, evaluator, space
         self.agents, self.workdir, self._log = list(agents), workdir, log
         self.fallback = fallback  # asked only when every agent is out of proposals
         self.observer = observer  # live displays get snapshots, never the run itself
-        self.executor = executor  # default: a local pool sized by the goal or the host
+        # makes the executor once the references and peaks exist (default: a local pool)
+        self.executor_factory: ExecutorFactory = executor or LocalExecutor
+        self.executor: Executor | None = None  # during and after the search
         self.tracker = StatusTracker(goal.budget_s)
         self.rng = random.Random(goal.seed)
         self.champion: Candidate | None = None
@@ -236,19 +238,16 @@ class Run:
         return names
 
     def _search_with_executor(self, run_id: str, deadline: float, hard_deadline: float) -> None:
-        executor = self.executor or LocalExecutor(self.evaluator, self.goal.workers)
+        executor = self.executor = self.executor_factory(self.evaluator, self.goal.workers)
         self.workers = executor.capacity
-        cores = len(self.evaluator.cores.cores)
-        self.log(f"{executor.capacity} evaluation(s) at a time, on {cores} core(s), "
-                 f"{self.goal.threads} thread(s) per benchmark")
+        self.log(executor.describe())
         try:
             self._search(run_id, executor, deadline, hard_deadline)
         except BaseException:
             executor.cancel()  # Ctrl-C or a platform error: stop the jobs in flight
             raise
         finally:
-            if self.executor is None:
-                executor.close()
+            executor.close()
             self.evaluator.resume()  # cancelled jobs stay cancelled; the closing benchmark runs
 
     def _search(self, run_id: str, executor: Executor, deadline: float,
@@ -447,7 +446,7 @@ class Run:
     def _make_incumbent(self, candidate: Candidate) -> None:
         artifact = self.evaluator.build(candidate)  # cached: no recompilation
         for shape in self.incumbents:
-            self.incumbents[shape] = Implementation("champion", artifact=artifact)
+            self.incumbents[shape] = Implementation("champion", artifact=artifact, source=candidate)
 
     def _final_policy(self, started: float) -> TimingPolicy:
         """The confirmation policy, capped so the whole run stays near its budget."""
