@@ -55,13 +55,14 @@ class LineageStep:
     candidate_id: str
     agent: str
     rationale: str
+    knobs: dict[str, Any]
     changed: dict[str, tuple[Any, Any]]  # knob -> (parent's value, this one's)
     gains: tuple[tuple[str, Estimate], ...]  # per shape: speedup over the incumbent then
     speed: float | None  # over the fastest baseline once crowned; None if never judged here
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.candidate_id, "agent": self.agent, "rationale": self.rationale,
-                "changed": {k: list(v) for k, v in self.changed.items()},
+                "knobs": self.knobs, "changed": {k: list(v) for k, v in self.changed.items()},
                 "gain_over_incumbent": {shape: [g.median, g.low, g.high]
                                         for shape, g in self.gains},
                 "speed_over_baselines": self.speed}
@@ -164,7 +165,8 @@ def champion_lineage(store: Store, champion: Candidate,
         changed = {k: (before.get(k), v) for k, v in child.knobs.items() if before.get(k) != v}
         seen = judged.get(child.id)
         gains = tuple((t.shape, t.ratio.inverted()) for t in seen.timings) if seen else ()
-        steps.append(LineageStep(child.id, child.agent, child.rationale, changed, gains,
+        steps.append(LineageStep(child.id, child.agent, child.rationale, child.knobs, changed,
+                                 gains,
                                  seen.speed if seen else None))
     return steps
 
