@@ -26,7 +26,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artifacts"
 
 GOAL = """
 workload = "kda"
-budget = "14s"
+budget = "20s"
 threads = 1
 shapes = [{B = 1, T = 128, H = 2, K = 32, V = 32}, {B = 2, T = 32, H = 2, K = 16, V = 16}]
 """
@@ -56,7 +56,7 @@ def recorded_run(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
     db = home / "store.db"
     done = subprocess.run(
         [sys.executable, "-m", "swarmfab", "run", "goal.toml", "--db", str(db),
-         "--workdir", str(home / "work"), "--max-evaluations", "8"],
+         "--workdir", str(home / "work"), "--max-evaluations", "10"],
         cwd=home, capture_output=True, text=True, timeout=180, check=False,
         env={**os.environ, "COLUMNS": "160"},
     )
