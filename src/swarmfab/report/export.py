@@ -26,8 +26,10 @@ from swarmfab.report.run_view import LineageStep, load_run_view
 
 __all__ = ["export_champion"]
 
+# what -march=native may use from the verifying host, and code written for it may need
 _VECTOR_FEATURES = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl",
-                    "avx512dq", "avx512_bf16")
+                    "avx512dq", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+                    "amx_int8")
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
