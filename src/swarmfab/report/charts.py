@@ -11,6 +11,7 @@ import io
 import threading
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any, cast
 
 import matplotlib
 from matplotlib.axes import Axes
@@ -22,7 +23,7 @@ from swarmfab.report.run_view import RunView
 
 __all__ = ["Chart", "all_charts", "champion_shapes"]
 
-_STYLE = {"svg.fonttype": "none", "font.size": 9, "axes.titlesize": 11,
+_STYLE: dict[str, Any] = {"svg.fonttype": "none", "font.size": 9, "axes.titlesize": 11,
           "axes.spines.top": False, "axes.spines.right": False, "svg.hashsalt": "swarmfab"}
 _CHAMPION, _MUTED = "#c2410c", "#94a3b8"
 
@@ -40,7 +41,7 @@ _DRAWING = threading.Lock()  # matplotlib's style settings are process-wide
 
 def all_charts(view: RunView) -> list[Chart]:
     """Every chart of the report, in reading order."""
-    with _DRAWING, matplotlib.rc_context(_STYLE):
+    with _DRAWING, matplotlib.rc_context(cast(Any, _STYLE)):
         return [progress_chart(view), shape_chart(view), roofline_chart(view),
                 rejection_chart(view), corpus_chart(view)]
 
@@ -128,10 +129,11 @@ def roofline_chart(view: RunView) -> Chart:
                         f"{view.peaks.bytes_per_s / 1e9:.0f} GB/s)")
     for label, (others, champion) in points.items():
         if others:
-            axes.scatter(*zip(*others, strict=True), s=14, alpha=0.6, label=label)
+            intensity, achieved = zip(*others, strict=True)
+            axes.scatter(intensity, achieved, s=14, alpha=0.6, label=label)
         if champion is not None:
-            axes.scatter(*champion, marker="*", s=140, color=_CHAMPION, edgecolor="black",
-                         linewidth=0.5, zorder=5)
+            axes.scatter([champion[0]], [champion[1]], marker="*", s=140, color=_CHAMPION,
+                         edgecolor="black", linewidth=0.5, zorder=5)
     if any(champion for _, champion in points.values()):
         axes.scatter([], [], marker="*", s=100, color=_CHAMPION, label="champion")
     if points:
@@ -179,7 +181,8 @@ def corpus_chart(view: RunView) -> Chart:
     found = [(c.minutes, before + i + 1) for i, c in enumerate(
         sorted((c for c in view.cases if c.minutes >= 0), key=lambda c: c.minutes))]
     if found:
-        axes.scatter(*zip(*found, strict=True), color=_CHAMPION, zorder=5,
+        xs_found, ys_found = zip(*found, strict=True)
+        axes.scatter(xs_found, ys_found, color=_CHAMPION, zorder=5,
                      label="counterexample or case added")
         axes.legend(fontsize=7, loc="lower right")
     axes.set_ylim(0, max(ys) * 1.2 + 1)
