@@ -60,6 +60,16 @@ def test_the_report_draws_every_chart_in_chromium(recorded_run: Any, tmp_path: P
     screenshot(page, "report.png")
 
 
+def test_an_unwritable_report_path_is_a_clear_error(recorded_run: Any, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = CliRunner().invoke(app, ["report", "--db", str(recorded_run.db),
+                                      "--out", str(blocker / "report.html")])
+    assert result.exit_code == 1
+    assert "cannot write the report" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_a_run_without_verdicts_renders_with_empty_charts(tmp_path: Path) -> None:
     store = Store(tmp_path / "fresh.db")
     goal = {"workload": "kda", "shapes": [{"B": 1, "T": 8, "H": 1, "K": 4, "V": 4}],
