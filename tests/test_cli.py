@@ -71,13 +71,14 @@ def _corrupt(source: str, replacement: str) -> str:
     return source.replace(READOUT, replacement)
 
 
-@pytest.mark.parametrize("command", [None, "run", "verify", "bench", "export", "report", "runs"])
+@pytest.mark.parametrize("command", [None, "run", "verify", "bench", "export", "report", "runs",
+                                     "dashboard"])
 def test_help_of_every_command(command: str | None) -> None:
     result = invoke(*([command] if command else []), "--help")
     assert result.exit_code == 0, result.output
     assert "Usage" in result.output
     if command is None:
-        for name in ("run", "verify", "bench", "export", "report", "runs"):
+        for name in ("run", "verify", "bench", "export", "report", "runs", "dashboard"):
             assert name in result.output
 
 
@@ -223,7 +224,8 @@ def test_verify_unknown_file_kind_and_missing_file_exit_1(tmp_path: Path) -> Non
         assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("command", [["report"], ["report", "--json"], ["export"]])
+@pytest.mark.parametrize("command", [["report"], ["report", "--json"], ["export"],
+                                     ["report", "latest", "--out", "never.html"]])
 def test_report_and_export_on_an_empty_store_exit_1_with_a_clear_message(
     tmp_path: Path, command: list[str]
 ) -> None:

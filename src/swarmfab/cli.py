@@ -97,7 +97,8 @@ def run(
 @app.command()
 @friendly
 def resume(
-    run_id: Annotated[str, typer.Argument(help="The run to continue (see `swarmfab runs`).")],
+    run_id: Annotated[str, typer.Argument(
+        help="The run to continue: an id (see `swarmfab runs`) or latest.")],
     budget: Annotated[str | None, typer.Option(help="Wall-time budget of this session.")] = None,
     db: DbOption = str(DEFAULT_DB),
     max_evaluations: Annotated[int | None, typer.Option(help="Stop after N evaluations.")] = None,
@@ -226,7 +227,8 @@ def bench(
     candidate: Annotated[str | None, typer.Option(
         help="A candidate file, 'champion' (of --run, default latest) or 'default' "
              "(the design space's starting point).")] = None,
-    run_id: Annotated[str | None, typer.Option("--run", help="Run whose champion to use.")] = None,
+    run_id: Annotated[str | None, typer.Option(
+        "--run", help="Run whose champion to use: an id or latest (default).")] = None,
     shape: Annotated[list[str] | None, typer.Option(
         help="B,T,H,K,V[,HV][+h0] (+h0: with an initial state); repeatable.")] = None,
     db: DbOption = str(DEFAULT_DB),
@@ -305,7 +307,8 @@ def _side_json(table: Any) -> dict[str, Any]:
 @app.command()
 @friendly
 def export(
-    run_id: Annotated[str | None, typer.Argument(help="Run id (default: latest).")] = None,
+    run_id: Annotated[str | None, typer.Argument(help="Run id or latest (default: latest).")
+                      ] = None,
     out: Annotated[Path, typer.Option(help="Directory to write.")] = Path("champion"),
     name: Annotated[str | None, typer.Option(
         help="Python package name (default: WORKLOAD_champion).")] = None,
@@ -322,14 +325,23 @@ def export(
 @app.command()
 @friendly
 def report(
-    run_id: Annotated[str | None, typer.Argument(help="Run id (default: latest).")] = None,
+    run_id: Annotated[str | None, typer.Argument(help="Run id or latest (default: latest).")
+                      ] = None,
     db: DbOption = str(DEFAULT_DB),
     as_json: JsonOption = False,
+    out: Annotated[Path | None, typer.Option(
+        help="Write one self-contained HTML file (charts, lineage, evidence) here.")] = None,
 ) -> None:
     """Summarise a run from the store: verdicts by status, champion lineage, final figures."""
     from swarmfab.report import run_table
 
     store = Store(db)
+    if out is not None:
+        from swarmfab.report.html import write_report
+
+        written = write_report(store, run_id, out)
+        console.print(f"report written to {written}", highlight=False)
+        return
     record = store.run(run_id)
     verdicts: list[dict[str, Any]] = [
         {"candidate": row.candidate_id, "agent": row.agent, "status": row.status,
@@ -358,7 +370,8 @@ def report(
 @app.command()
 @friendly
 def show(
-    run_id: Annotated[str | None, typer.Argument(help="Run id (default: latest).")] = None,
+    run_id: Annotated[str | None, typer.Argument(help="Run id or latest (default: latest).")
+                      ] = None,
     db: DbOption = str(DEFAULT_DB),
     as_json: JsonOption = False,
 ) -> None:
@@ -399,3 +412,18 @@ def runs(db: DbOption = str(DEFAULT_DB)) -> None:
         console.print(f"{record.id}  {record.workload:<8} {record.status:<12} "
                       f"champion={record.champion_id}", highlight=False)
 
+
+
+@app.command()
+@friendly
+def dashboard(
+    db: DbOption = str(DEFAULT_DB),
+    host: Annotated[str, typer.Option(help="Address to bind; keep 127.0.0.1 unless you "
+                                           "mean to share the store.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
+) -> None:
+    """A local web dashboard of the runs in the store, updated live while they run."""
+    from swarmfab.report.dashboard import serve
+
+    console.print(f"dashboard on http://{host}:{port}/ (Ctrl-C stops it)", highlight=False)
+    serve(Store(db), host, port)

@@ -34,9 +34,10 @@ from swarmfab.measure.roofline import HostPeaks
 from swarmfab.records import Candidate, Status, Verdict
 from swarmfab.workloads import Case
 
-__all__ = ["DEFAULT_DB", "Store", "database_url"]
+__all__ = ["DEFAULT_DB", "LATEST", "Store", "database_url"]
 
 DEFAULT_DB = Path(".swarmfab") / "swarmfab.db"
+LATEST = "latest"  # every command that takes a run id takes this too
 
 
 def database_url(path_or_url: str | Path) -> str:
@@ -157,10 +158,16 @@ class Store:
                 query = query.where(EventRow.kind == kind)
             return [(row.kind, row.detail) for row in s.scalars(query.order_by(EventRow.id))]
 
-    def run(self, run_id: str | None = None) -> RunRow:
-        """A run by id, or the latest run when ``run_id`` is None."""
+    def timed_events(self, run_id: str) -> list[tuple[str, str, datetime]]:
+        """(kind, detail, when) of a run's events in order: for timelines."""
         with self.session() as s:
-            if run_id is None:
+            query = select(EventRow).where(EventRow.run_id == run_id).order_by(EventRow.id)
+            return [(row.kind, row.detail, row.created_at) for row in s.scalars(query)]
+
+    def run(self, run_id: str | None = None) -> RunRow:
+        """A run by id, or the latest run when ``run_id`` is None or ``"latest"``."""
+        with self.session() as s:
+            if run_id is None or run_id == LATEST:
                 row = s.scalar(select(RunRow).order_by(RunRow.started_at.desc()).limit(1))
                 if row is None:
                     raise StoreError(f"the store at {self.url} has no runs yet")
@@ -229,6 +236,12 @@ class Store:
             row = s.get(HostPeaksRow, fingerprint)
             return None if row is None else HostPeaks(fingerprint, row.flops_per_s, row.bytes_per_s)
 
+    def known_host_peaks(self) -> list[HostPeaks]:
+        """Every stored fingerprint's peaks: a report may be read on another host."""
+        with self.session() as s:
+            return [HostPeaks(row.fingerprint, row.flops_per_s, row.bytes_per_s)
+                    for row in s.scalars(select(HostPeaksRow))]
+
     def save_host_peaks(self, peaks: HostPeaks) -> None:
         with self.session() as s:
             s.merge(HostPeaksRow(fingerprint=peaks.fingerprint, flops_per_s=peaks.flops_per_s,
@@ -245,6 +258,14 @@ class Store:
             s.add(CaseRow(workload=workload, name=case.name, origin=case.origin,
                           body=case.to_dict(), run_id=run_id))
             return True
+
+    def case_history(self, workload: str) -> list[tuple[str, str, datetime, str | None]]:
+        """(name, origin, added at, run that found it) of a workload's stored cases, oldest
+        first: how the corpus grew."""
+        with self.session() as s:
+            rows = s.scalars(
+                select(CaseRow).where(CaseRow.workload == workload).order_by(CaseRow.id))
+            return [(row.name, row.origin, row.created_at, row.run_id) for row in rows]
 
     def cases(self, workload: str) -> list[Case]:
         """Stored cases of a workload, oldest first."""

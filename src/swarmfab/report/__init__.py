@@ -1,4 +1,5 @@
-"""What the user sees: terminal tables now; HTML report and export to come."""
+"""What the user sees: terminal tables, live progress, the HTML report, the dashboard
+and the exported champion package."""
 
 from swarmfab.report.console import bench_table, run_table, verdict_table
 

@@ -22,22 +22,15 @@ from typing import Any
 from swarmfab.errors import StoreError, SwarmfabError
 from swarmfab.knowledge import Store
 from swarmfab.records import Candidate, Verdict
+from swarmfab.report.run_view import LineageStep, load_run_view
 
 __all__ = ["export_champion"]
 
+# what -march=native may use from the verifying host, and code written for it may need
 _VECTOR_FEATURES = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl",
-                    "avx512dq", "avx512_bf16")
+                    "avx512dq", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+                    "amx_int8")
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
-
-
-def _lineage(store: Store, candidate: Candidate) -> list[dict[str, object]]:
-    chain: list[dict[str, object]] = []
-    current: Candidate | None = candidate
-    while current is not None and len(chain) < 1000:
-        chain.append({"id": current.id, "agent": current.agent, "rationale": current.rationale,
-                      "knobs": current.knobs})
-        current = store.candidate(current.parents[0]) if current.parents else None
-    return chain
 
 
 def export_champion(store: Store, run_id: str | None, out: Path, name: str | None = None) -> Path:
@@ -58,16 +51,21 @@ def export_champion(store: Store, run_id: str | None, out: Path, name: str | Non
     for rel, text in champion.sources.items():
         (target / rel).write_text(text)
     required = _required_features(str(run.host.get("isa", "")))
+    view = load_run_view(store, run.id)
     provenance = {
         "run": run.id, "workload": run.workload, "goal": run.goal, "host": run.host,
+        "host_fingerprint": view.peaks.fingerprint if view.peaks else None,
+        "compiler": run.host.get("compiler"),
         "candidate": champion.id, "backend": champion.backend,
         "entry": f"{package}/{champion.entry}", "flags": list(champion.flags),
         "knobs": champion.knobs, "required_cpu_features": required,
         "build": _build_command(package, champion), "verdict": verdict.to_dict(),
-        "final_measurement": run.summary, "lineage": _lineage(store, champion),
+        "final_measurement": run.summary,
+        "lineage": [step.to_dict() for step in reversed(view.lineage)],  # champion first
     }
     text = json.dumps(provenance, indent=2, default=str)
-    evidence = _verification_markdown(run.id, run.workload, champion, verdict, run.summary)
+    evidence = _verification_markdown(run.id, run.workload, champion, verdict, run.summary,
+                                      view.lineage)
     for directory in (out, target):
         (directory / "provenance.json").write_text(text)
         (directory / "VERIFICATION.md").write_text(evidence)
@@ -125,7 +123,7 @@ def _build_command(package: str, candidate: Candidate) -> str:
 
 def _verification_markdown(
     run_id: str, workload: str, champion: Candidate, verdict: Verdict,
-    summary: dict[str, Any] | None,
+    summary: dict[str, Any] | None, lineage: list[LineageStep],
 ) -> str:
     lines = [
         f"# Verification of {workload} candidate {champion.id}",
@@ -143,6 +141,15 @@ def _verification_markdown(
         low, mid, high = shape["speedup"][1], shape["speedup"][0], shape["speedup"][2]
         lines.append(f"| {shape['shape']} | {shape['fastest_baseline']} | {base[0] * 1e3:.3f} "
                      f"| {mine[0] * 1e3:.3f} | {mid:.2f}x [{low:.2f}, {high:.2f}] |")
+    lines += ["", "## Lineage (root first): what each step changed and gained", "",
+              "| step | candidate | agent | change | gain over the incumbent then [95% CI] |",
+              "| --- | --- | --- | --- | --- |"]
+    for number, step in enumerate(lineage, start=1):
+        change = "; ".join(f"{k}: {old} -> {new}" for k, (old, new) in step.changed.items())
+        gains = "; ".join(f"{shape}: {g.median:.2f}x [{g.low:.2f}, {g.high:.2f}]"
+                          for shape, g in step.gains) or "not judged in this run"
+        lines.append(f"| {number} | {step.candidate_id} | {step.agent} | {step.rationale}"
+                     f"{' (' + change + ')' if change else ''} | {gains} |")
     lines += ["", "## Checks", "", "| case | check | result | detail |",
               "| --- | --- | --- | --- |"]
     for check in verdict.checks:

@@ -1,0 +1,121 @@
+"""A store holding one short, real KDA run (session-wide), and a headless Chromium.
+
+The run is the real thing (`python -m swarmfab run`), kept to seconds: one small shape,
+one thread, a few evaluations. Report, dashboard and export tests read copies of it.
+Screenshots go to ``out/test-artifacts/`` (git-ignored) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swarmfab.knowledge import Store
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artifacts"
+
+GOAL = """
+workload = "kda"
+budget = "20s"
+threads = 1
+shapes = [{B = 1, T = 128, H = 2, K = 32, V = 32}, {B = 2, T = 32, H = 2, K = 16, V = 16}]
+"""
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    db: Path
+    run_id: str
+    champion_id: str
+
+    def copy_store(self, directory: Path) -> Path:
+        """A private copy of the store, for tests that write to it."""
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / "copy.db"
+        with sqlite3.connect(self.db) as source, sqlite3.connect(target) as copy:
+            source.backup(copy)  # consistent with the WAL, unlike a file copy
+        return target
+
+
+@pytest.fixture(scope="session")
+def recorded_run(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to build the run's candidates")
+    home = tmp_path_factory.mktemp("recorded-run")
+    (home / "goal.toml").write_text(GOAL)
+    db = home / "store.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmfab", "run", "goal.toml", "--db", str(db),
+         "--workdir", str(home / "work"), "--max-evaluations", "10"],
+        cwd=home, capture_output=True, text=True, timeout=180, check=False,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = Store(db).run("latest")
+    assert run.champion_id is not None, done.stdout
+    return RecordedRun(db, run.id, run.champion_id)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Debian's chromium driven by Playwright; skipped (with the reason) when absent."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium (CI installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="playwright is missing: pip install -e '.[dev]'")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM),
+                                              args=["--headless", "--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh page that records every request that failed or left the machine."""
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    opened = context.new_page()
+    opened.failed_requests = []  # type: ignore[attr-defined]
+    opened.on("requestfailed", lambda r: opened.failed_requests.append(r.url))
+    yield opened
+    context.close()
+
+
+@pytest.fixture
+def screenshot() -> Callable[[Any, str], Path]:
+    return save_screenshot
+
+
+@pytest.fixture
+def charts_drew() -> Callable[[Any, dict[str, str]], None]:
+    return assert_charts_drew
+
+
+def save_screenshot(page: Any, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 10_000
+    return path
+
+
+def assert_charts_drew(page: Any, expected: dict[str, str]) -> None:
+    """Every chart section holds a visible SVG with real marks and its title as text."""
+    for key, title in expected.items():
+        svg = page.locator(f"#chart-{key} svg")
+        assert svg.count() == 1, f"chart {key} missing"
+        box = svg.bounding_box()
+        assert box is not None and box["width"] > 300 and box["height"] > 100, (key, box)
+        marks = svg.locator("path, use, rect").count()
+        assert marks > 10, f"chart {key} has only {marks} marks"
+        assert title in svg.locator("text").all_text_contents(), (key, title)

@@ -1,0 +1,146 @@
+"""`swarmfab export`: the champion installs into a fresh virtual environment, imports,
+matches the float64 reference, and refuses a CPU without the features it was verified on.
+
+The fresh environment sees this interpreter's packages through a `.pth` line (torch,
+numpy, setuptools, swarmfab for the reference), so nothing is downloaded: `pip install
+--no-index --no-build-isolation DIR`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from swarmfab.cli import app
+from swarmfab.knowledge import Store
+from swarmfab.knowledge._schema import RunRow
+from swarmfab.report.export import _VECTOR_FEATURES
+
+CHECK = """
+import torch
+import {name}
+from swarmfab.workloads import Case, Shape, get_workload
+
+workload = get_workload("kda")
+inputs = workload.make_inputs(Case("x", Shape(2, 40, 2, 4, 32, 16, initial_state=True)))
+reference = workload.reference(inputs)
+outputs = workload.call({name}.forward, inputs)
+errors = [float((outputs[n].double() - reference[n]).norm() / reference[n].norm())
+          for n in reference]
+assert max(errors) < 1e-5, errors
+
+q, k, v, g, beta = (inputs[n].float() for n in ("q", "k", "v", "g", "beta"))
+o, state = {name}.forward(q, k, v.bfloat16(), g, beta)  # fla: o in v's dtype
+assert o.dtype == torch.bfloat16 and state is None
+raw = {name}.forward(q * 3, k * 2, v, g, beta, use_qk_l2norm_in_kernel=True)[0]
+unit = {name}.forward(q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True),
+                      v, g, beta)[0]
+assert torch.allclose(raw, unit, rtol=1e-4, atol=1e-5)
+try:
+    {name}.forward(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 40]))
+except ValueError as error:
+    assert "cu_seqlens" in str(error)
+else:
+    raise AssertionError("cu_seqlens was accepted")
+print("ok", {name}.__file__)
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new virtual environment that sees this interpreter's packages, nothing else."""
+    venv = tmp_path_factory.mktemp("fresh") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    own = subprocess.run([str(python), "-c", "import sysconfig; "
+                          "print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    parent = sysconfig.get_paths()["purelib"]
+    Path(own, "parent-packages.pth").write_text(f"import site; site.addsitedir({parent!r})\n")
+    return python
+
+
+def _export(db: Path, out: Path, *extra: str) -> None:
+    result = CliRunner().invoke(app, ["export", "latest", "--db", str(db), "--out", str(out),
+                                      *extra])
+    assert result.exit_code == 0, result.output
+
+
+def _install(python: Path, package_dir: Path) -> None:
+    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-index",
+                           "--no-build-isolation", str(package_dir)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _use(python: Path, code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("PYTHONPATH", None)
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path, check=False)
+
+
+def test_an_exported_champion_installs_imports_and_matches_the_reference(
+    recorded_run: Any, fresh_venv: Path, tmp_path: Path,
+) -> None:
+    out = tmp_path / "exported"
+    _export(recorded_run.db, out)
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["candidate"] == recorded_run.champion_id
+    assert provenance["compiler"].startswith(("gcc", "cc", "clang"))
+    assert provenance["host_fingerprint"].endswith("| 1 threads")
+    assert provenance["lineage"][0]["id"] == recorded_run.champion_id
+    assert provenance["lineage"][-1]["gain_over_incumbent"]  # the root beat the baselines
+    assert "## Lineage" in (out / "VERIFICATION.md").read_text()
+
+    _install(fresh_venv, out)
+    used = _use(fresh_venv, CHECK.format(name="kda_champion"), tmp_path)
+    assert used.returncode == 0, used.stderr
+    assert "site-packages/kda_champion" in used.stdout  # the installed copy, not the tree
+    assert any((tmp_path / "cache" / "kda_champion").glob("*/kernel.so"))  # built at import
+
+
+def test_an_exported_champion_refuses_a_cpu_without_its_features(
+    recorded_run: Any, fresh_venv: Path, tmp_path: Path,
+) -> None:
+    present = set(_cpu_flags())
+    absent = [f for f in _VECTOR_FEATURES if f not in present]
+    if not absent:
+        pytest.skip("this CPU has every vector feature an export checks for")
+    db = recorded_run.copy_store(tmp_path)
+    store = Store(db)
+    with store.session() as session:  # as if the run had been recorded on a bigger CPU
+        run = session.get(RunRow, recorded_run.run_id)
+        assert run is not None
+        run.host = {**run.host, "isa": f"{run.host['isa']} {absent[0]}"}
+    out = tmp_path / "elsewhere"
+    _export(db, out, "--name", "kda_elsewhere")
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert absent[0] in provenance["required_cpu_features"]
+
+    _install(fresh_venv, out)
+    used = _use(fresh_venv, "import kda_elsewhere", tmp_path)
+    assert used.returncode != 0
+    last = used.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: kda_elsewhere was verified on a CPU with"), last
+    assert last.endswith(f"this host lacks {absent[0]}. Re-run swarmfab on this host to get a "
+                         "kernel verified for it."), last
+    assert not (tmp_path / "cache").exists()  # refused before building anything
+
+
+def _cpu_flags() -> list[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo: the export cannot check features here either")
+    return next((line.split(":", 1)[1].split() for line in text.splitlines()
+                 if line.startswith("flags")), [])
