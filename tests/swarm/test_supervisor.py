@@ -42,3 +42,14 @@ def test_different_failures_do_not_bench_anyone() -> None:
     supervisor = Supervisor(patience=100, repeated_failures=2)
     assert supervisor.observe("a", _verdict(Status.CRASHED, "killed"), promoted=False) is None
     assert supervisor.observe("a", _verdict(Status.REJECTED, "case x"), promoted=False) is None
+
+
+def test_an_agent_proposing_what_is_taken_again_and_again_is_benched() -> None:
+    supervisor = Supervisor(repeated_proposals=3, turns=5)
+    assert supervisor.refused("llm-tiling", "aaaa") is None
+    assert supervisor.refused("llm-tiling", "bbbb") is None
+    intervention = supervisor.refused("llm-tiling", "cccc")
+    assert intervention is not None and intervention.kind == "bench-agent"
+    assert intervention.agent == "llm-tiling" and intervention.turns == 5
+    assert "judged or in flight already" in intervention.reason
+    assert supervisor.refused("llm-tiling", "dddd") is None  # counting starts again

@@ -39,7 +39,7 @@ from swarmfab.swarm.executors import Evaluation, Executor, ExecutorFactory, Loca
 from swarmfab.swarm.gate import GateDecision, judge
 from swarmfab.swarm.hosts import host_peaks
 from swarmfab.swarm.status import RunStatus, StatusTracker
-from swarmfab.swarm.supervisor import Supervisor
+from swarmfab.swarm.supervisor import Intervention, Supervisor
 from swarmfab.verify import draw_cases
 from swarmfab.workloads import Case
 
@@ -283,7 +283,8 @@ class Run:
                 return True
             agent, candidate = proposal
             if not self.blackboard.claim(candidate.id, agent.id):
-                continue  # taken between the proposal and the claim
+                self._intervene(self.supervisor.refused(agent.id, candidate.id))
+                continue  # judged or in flight already
             fuzz = draw_cases(self.evaluator.workload, self.rng, FUZZ_PER_EVALUATION)
             future = executor.submit(candidate, self.incumbents, fuzz)
             in_flight[future] = _Submission(agent, candidate,
@@ -335,7 +336,9 @@ class Run:
         return (self.fallback, found[0]) if found else None
 
     def _supervise(self, run_id: str, agent: Agent, promoted: bool) -> None:
-        intervention = self.supervisor.observe(agent.id, self.recent[-1], promoted)
+        self._intervene(self.supervisor.observe(agent.id, self.recent[-1], promoted))
+
+    def _intervene(self, intervention: Intervention | None) -> None:
         if intervention is None:
             return
         if intervention.kind == "explore":

@@ -2,8 +2,9 @@
 
 It watches every verdict and proposes an intervention when the swarm stagnates: no new
 champion for ``patience`` evaluations (explore: larger moves from the fallback agent
-for a while), or the same failure again and again from one agent (bench that agent for
-a while). The run applies interventions and records each one, with its reason.
+for a while), the same failure again and again from one agent, or one agent proposing
+again and again what is already judged or being evaluated (bench that agent for a
+while). The run applies interventions and records each one, with its reason.
 """
 
 from __future__ import annotations
@@ -27,12 +28,27 @@ class Intervention:
 class Supervisor:
     """Stateful observer of one run's verdicts."""
 
-    def __init__(self, patience: int = 8, repeated_failures: int = 4, turns: int = 4):
+    def __init__(self, patience: int = 8, repeated_failures: int = 4, turns: int = 4,
+                 repeated_proposals: int = 3):
         self.patience, self.repeated_failures, self.turns = patience, repeated_failures, turns
+        self.repeated_proposals = repeated_proposals
         self.since_champion = 0
+        self._refused: dict[str, int] = {}
         self._failures: deque[tuple[str, str]] = deque(maxlen=repeated_failures)
 
+    def refused(self, agent: str, candidate: str) -> Intervention | None:
+        """``agent`` proposed a candidate that is judged or in flight already."""
+        self._refused[agent] = self._refused.get(agent, 0) + 1
+        if self._refused[agent] < self.repeated_proposals:
+            return None
+        self._refused[agent] = 0
+        return Intervention(
+            "bench-agent", f"{agent} proposed {self.repeated_proposals} candidates in a row that "
+            f"were judged or in flight already (last {candidate[:10]})", agent=agent,
+            turns=self.turns)
+
     def observe(self, agent: str, verdict: Verdict, promoted: bool) -> Intervention | None:
+        self._refused.pop(agent, None)  # it proposed something new
         if promoted:
             self.since_champion = 0
             self._failures.clear()
