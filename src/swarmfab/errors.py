@@ -8,7 +8,9 @@ SwarmfabError                 anything swarmfab reports to the user as a clear m
 ├── BuildError                a candidate failed to compile; carries structured diagnostics
 ├── SandboxError              the sandbox itself could not run a job (not the candidate's fault)
 ├── MeasurementError          a trusted implementation (baseline, champion) failed to be timed
-└── StoreError                the knowledge store cannot be opened, read or written
+├── StoreError                the knowledge store cannot be opened, read or written
+└── ProviderError             an LLM provider call failed (network, rate limit, timeout,
+                              malformed reply); LLM agents record it and go on
 ```
 
 A candidate that misbehaves (crashes, hangs, gives wrong answers) is not an error: it is
@@ -26,6 +28,7 @@ __all__ = [
     "Diagnostic",
     "GoalError",
     "MeasurementError",
+    "ProviderError",
     "SandboxError",
     "StoreError",
     "SwarmfabError",
@@ -81,3 +84,11 @@ class MeasurementError(SwarmfabError):
 
 class StoreError(SwarmfabError):
     """The knowledge store cannot be opened, read or written."""
+
+
+class ProviderError(SwarmfabError):
+    """An LLM provider call failed after its retries; ``kind`` names the failure class."""
+
+    def __init__(self, message: str, kind: str = "error"):
+        super().__init__(message)
+        self.kind = kind

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swarmfab.agents import Agent, Context
 from swarmfab.backends import get_backend
@@ -36,12 +36,18 @@ from swarmfab.swarm.supervisor import Supervisor
 from swarmfab.verify import draw_cases
 from swarmfab.workloads import Case
 
+if TYPE_CHECKING:
+    from swarmfab.agents.llm import Reviewer
+
 __all__ = ["Run", "RunResult"]
 
 FINAL_SHARE = 0.2  # of the budget kept for the closing side-by-side measurement
 # baselines only pick the first incumbent; candidates are then timed against it directly
 CALIBRATION = TimingPolicy(min_rounds=3, max_rounds=10, max_seconds=2.0, warmup_calls=1)
 FUZZ_PER_EVALUATION = 3  # fresh random cases added to the corpus cases of every evaluation
+BOARD_KINDS = frozenset({"champion-changed", "corpus-grew", "demoted", "intervention",
+                         "llm-review"})  # what agents are shown of the blackboard
+BOARD_SIZE = 12
 
 
 @dataclass(slots=True)
@@ -63,14 +69,17 @@ class Run:
         self, goal: Goal, store: Store, evaluator: Evaluator, space: DesignSpace,
         agents: Sequence[Agent], workdir: Path, log: Callable[[str], None] = print,
         fallback: Agent | None = None, observer: Callable[[RunStatus], None] | None = None,
+        reviewer: Reviewer | None = None,
     ):
         self.goal, self.store, self.evaluator, self.space = goal, store, evaluator, space
         self.agents, self.workdir, self._log = list(agents), workdir, log
         self.fallback = fallback  # asked only when every agent is out of proposals
         self.observer = observer  # live displays get snapshots, never the run itself
+        self.reviewer = reviewer  # reads LLM-authored champions' diffs; advisory only
         self.tracker = StatusTracker(goal.budget_s)
         self.rng = random.Random(goal.seed)
         self.champion: Candidate | None = None
+        self.champion_verdict: Verdict | None = None
         self.incumbents: dict[str, Implementation] = {}
         self.baseline_incumbents: dict[str, Implementation] = {}
         self.recent: list[Verdict] = []
@@ -162,6 +171,8 @@ class Run:
         self.store.reopen_run(record.id)
         if record.champion_id is not None:
             self.champion = self.store.candidate(record.champion_id)
+            self.champion_verdict = next((v for _, v in self.store.verdicts(record.id)
+                                          if v.candidate_id == record.champion_id), None)
         done = len(self.store.evaluated_ids(record.id))
         self.rng = random.Random(f"{self.goal.seed}/{done}")  # fresh draws, not a replay
         self.log(f"resuming run {record.id}: {done} candidates already judged, champion "
@@ -232,7 +243,7 @@ class Run:
         fallback when all are dry or the supervisor asked for exploration."""
         if self._explore_turns > 0 and self.fallback is not None:
             self._explore_turns -= 1
-            found = self.fallback.propose(self._context(), limit=1)
+            found = self._ask(self.fallback, self._context())
             if found:
                 return self.fallback, found[0]
         for _ in range(len(self.agents)):
@@ -241,13 +252,23 @@ class Run:
             if self._benched.get(agent.id, 0) > 0:
                 self._benched[agent.id] -= 1
                 continue
-            found = agent.propose(self._context(agent), limit=1)
+            found = self._ask(agent, self._context(agent))
             if found:
                 return agent, found[0]
         if self.fallback is None:
             return None
-        found = self.fallback.propose(self._context(), limit=1)
+        found = self._ask(self.fallback, self._context())
         return (self.fallback, found[0]) if found else None
+
+    def _ask(self, agent: Agent, context: Context) -> list[Candidate]:
+        """One proposal; what the agent reports doing (LLM calls, spend) is recorded."""
+        try:
+            return agent.propose(context, limit=1)
+        finally:
+            for kind, detail in agent.take_events():
+                self.blackboard.publish(kind, detail)
+                if kind not in ("llm-call",):
+                    self.log(f"{agent.id}: {kind} {detail[:160]}")
 
     def _supervise(self, run_id: str, agent: Agent, promoted: bool) -> None:
         intervention = self.supervisor.observe(agent.id, self.recent[-1], promoted)
@@ -264,8 +285,11 @@ class Run:
         evaluated = self.blackboard.judged()  # the store's verdicts, without a query
         island = self._island(agent) if agent is not None else 0
         parents = tuple(self.archive.sample(island, self.rng))
+        board = tuple(f"{e.kind}: {e.detail}" for e in self.blackboard.events()
+                      if e.kind in BOARD_KINDS)[-BOARD_SIZE:]
         return Context(self.goal, self.space, self.champion, evaluated,
-                       tuple(self.recent[-20:]), (), self.rng, parents)
+                       tuple(self.recent[-20:]), (), self.rng, parents,
+                       self.champion_verdict, board)
 
     def _island(self, agent: Agent) -> int:
         return self.agents.index(agent) % self.archive.islands if agent in self.agents else 0
@@ -320,17 +344,24 @@ class Run:
             self.store.demote(run_id, self.champion.id, reason)
             self.log(f"champion {self.champion.id[:10]} demoted: {reason}")
             self.blackboard.publish("demoted", f"{self.champion.id}: {reason}")
-            self.champion = None
+            self.champion, self.champion_verdict = None, None
             self.incumbents = dict(self.baseline_incumbents)
             self.tracker.demoted()
             self.champion_gain = 1.0
 
     def _crown(self, run_id: str, candidate: Candidate) -> None:
-        self.champion = candidate
+        replaced = self.champion
+        self.champion, self.champion_verdict = candidate, self.recent[-1]
         self.store.set_champion(run_id, candidate.id)
         self._make_incumbent(candidate)
         self.blackboard.publish("champion-changed", f"{candidate.id} by {candidate.agent}: "
                                 f"{candidate.rationale}")
+        if self.reviewer is not None and self.reviewer.wants(candidate):
+            if replaced is None:  # the first champion: show the diff from the starting point
+                replaced = self.space.instantiate(self.space.default(), threads=self.goal.threads)
+            review = self.reviewer.review(candidate, replaced, self.recent[-1])
+            self.blackboard.publish("llm-review", review.to_json())
+            self.log(f"reviewer on {candidate.id[:10]}: {review.opinion}")
 
     def _make_incumbent(self, candidate: Candidate) -> None:
         artifact = self.evaluator.build(candidate)  # cached: no recompilation
