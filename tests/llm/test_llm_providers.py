@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from fake_llm import FakeLLM, Hang, Raw, Reply, Status
@@ -19,6 +22,7 @@ from swarmfab.agents.llm.providers import (
 from swarmfab.agents.llm.spend import Pricing, Spend, summarise_events
 from swarmfab.errors import GoalError, ProviderError
 from swarmfab.goal import LLMSettings
+from swarmfab.sandbox import scrubbed_environment
 
 ASK = [Message("system", "be brief"), Message("user", "make it faster")]
 
@@ -136,3 +140,32 @@ def test_cost_is_known_only_where_the_price_is() -> None:
     events = [("llm-call", json.dumps({"input_tokens": 10, "output_tokens": 2,
                                        "cost_usd": None}))]
     assert summarise_events(events)["cost_usd"] is None  # type: ignore[index]
+
+
+KEY_PROBE = """
+import os, pathlib, sys
+from swarmfab.goal import LLMSettings
+from swarmfab.sandbox import scrubbed_environment
+from swarmfab.agents.llm.providers import read_api_key
+from swarmfab.sandbox import run_job
+if __name__ == "__main__":
+    if sys.argv[1] == "read":  # what swarmfab run does before any job starts
+        assert read_api_key(LLMSettings(model="m", api_key_env="MY_LLM_ACCESS")) == "s3cr3t-value"
+    seen = run_job(os.getenv, "MY_LLM_ACCESS").value
+    block = run_job(pathlib.Path.read_bytes, pathlib.Path("/proc/self/environ")).value
+    print("getenv", seen)
+    print("environ", b"s3cr3t-value" in block)
+"""
+
+
+def test_a_key_read_by_the_llm_agents_never_reaches_a_candidate_job(tmp_path: Path) -> None:
+    """The key's variable has a name the sandbox's scrub does not recognise (the control
+    below); once the provider has read it, no job sees it, not even in /proc/self/environ."""
+    assert scrubbed_environment({"MY_LLM_ACCESS": "x"}) == {"MY_LLM_ACCESS": "x"}
+    probe = tmp_path / "probe.py"
+    probe.write_text(KEY_PROBE)
+    env = {**os.environ, "MY_LLM_ACCESS": "s3cr3t-value"}
+    done = subprocess.run([sys.executable, str(probe), "read"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "getenv None" in done.stdout and "environ False" in done.stdout

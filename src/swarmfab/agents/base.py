@@ -52,6 +52,11 @@ class Agent(ABC):
     def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
         """Up to ``limit`` candidates not in ``context.evaluated``; [] when out of ideas."""
 
+    def may_propose_later(self) -> bool:
+        """True if an empty proposal is only for now (an LLM agent waiting out a provider
+        failure), so the run goes on; built-in agents with nothing are done."""
+        return False
+
     def take_events(self) -> list[tuple[str, str]]:
         """(kind, detail) of what the agent did since last asked (calls, spend, errors);
         the run loop records them. Built-in agents have none."""

@@ -48,6 +48,7 @@ FUZZ_PER_EVALUATION = 3  # fresh random cases added to the corpus cases of every
 BOARD_KINDS = frozenset({"champion-changed", "corpus-grew", "demoted", "intervention",
                          "llm-review"})  # what agents are shown of the blackboard
 BOARD_SIZE = 12
+IDLE_PAUSE_S = 0.5  # between rounds in which every agent had nothing for now
 
 
 @dataclass(slots=True)
@@ -221,6 +222,9 @@ class Run:
         while time.monotonic() < deadline and not self._out_of_evaluations(self.evaluations):
             proposal = self._next_proposal()
             if proposal is None:
+                if any(agent.may_propose_later() for agent in self.agents):
+                    time.sleep(IDLE_PAUSE_S)  # e.g. LLM agents waiting out a provider failure
+                    continue
                 self.log("every agent is out of proposals: the space is exhausted")
                 break
             agent, candidate = proposal

@@ -97,6 +97,10 @@ class LLMAgent(Agent):
             return []
         return [candidate] if candidate is not None else []
 
+    def may_propose_later(self) -> bool:
+        """Until its budget is spent: a failed call or an abandoned attempt is not the end."""
+        return not self._stopped
+
     def take_events(self) -> list[tuple[str, str]]:
         events, self._events = self._events, []
         return events
