@@ -221,7 +221,8 @@ def _anthropic_message(step: Reply, body: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":  # serve a JSON script of replies by hand: [{"text": ...}, ...]
-    steps: list[Scripted] = [Reply(**item) for item in json.loads(open(sys.argv[1]).read())]
+    with open(sys.argv[1]) as handle:
+        steps: list[Scripted] = [Reply(**item) for item in json.load(handle)]
     with FakeLLM(steps) as served:
         print(served.base_url, flush=True)
         threading.Event().wait()

@@ -17,8 +17,8 @@ from swarmfab.agents.llm import LLMAgent, OpenAIProvider, Pricing, Spend
 from swarmfab.agents.llm.packer import Section, build_sections, pack
 from swarmfab.goal import Goal, default_goal
 from swarmfab.kernels import design_space
-from swarmfab.records import Candidate, CheckResult, Estimate, ShapeTiming, Status as Verdicts
-from swarmfab.records import Verdict
+from swarmfab.records import Candidate, CheckResult, Estimate, ShapeTiming, Verdict
+from swarmfab.records import Status as Verdicts
 
 MARK = "/* knobs chosen by swarmfab */\n"
 GOOD_EDIT = ("RATIONALE: one thread needs no OpenMP region\n<<<<<<< SEARCH\n"
@@ -69,7 +69,8 @@ def test_a_fresh_proposal_shows_goal_role_source_and_format(goal: Goal) -> None:
     assert "_forward(const float *q" in prompt  # the ABI, from the workload's own documentation
     assert "<<<<<<< SEARCH" in prompt and "no champion yet" in prompt
     assert candidate.sources[candidate.entry] == start.sources[start.entry].replace(
-        "#define KDA_PARALLEL 2\n#define KDA_THREADS", "#define KDA_PARALLEL 0\n#define KDA_THREADS")
+        "#define KDA_PARALLEL 2\n#define KDA_THREADS",
+        "#define KDA_PARALLEL 0\n#define KDA_THREADS")
     assert (candidate.agent, candidate.knobs, candidate.parents) == ("llm-vectorisation", {}, ())
     assert candidate.flags == start.flags and candidate.entry == start.entry
     assert candidate.rationale == "vectorisation: one thread needs no OpenMP region"
@@ -190,8 +191,8 @@ def test_the_context_shows_evidence_failures_lessons_and_board(goal: Goal) -> No
                 board=("champion-changed: abc by builtin-tiling",)),
         "tiling", champion)
     text = pack(sections, 16_000).text
-    assert "| B1 T64 H2 K16 V16 | 1.000 [0.900, 1.100] | torch-recurrent | 5.000 | 5.00x | 12.5% |" \
-        in text
+    row = "| B1 T64 H2 K16 V16 | 1.000 [0.900, 1.100] | torch-recurrent | 5.000 | 5.00x | 12.5% |"
+    assert row in text
     assert "deadbeef: status: crashed; reason: run_cases: killed by SIGSEGV" in text
     assert "tile_v 64 wins on K=128" in text
     assert "champion-changed: abc by builtin-tiling" in text
