@@ -51,5 +51,5 @@ def test_a_goal_file_carries_the_llm_settings(tmp_path: Path) -> None:
     assert (goal.llm.model, goal.llm.roles, goal.llm.timeout_s) == ("m", ["fusion"], 30.0)
     assert goal.llm.key_variable() == "OPENAI_API_KEY"
     path.write_text('workload = "kda"\n[llm]\nmodel = "m"\nroles = ["magic"]\n')
-    with pytest.raises(GoalError, match="llm.roles.0"):
+    with pytest.raises(GoalError, match=r"llm\.roles\.0"):
         load_goal(path)

@@ -33,10 +33,15 @@ class Review:
     candidate_id: str
     opinion: str
     text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
 
     def to_json(self) -> str:
         return json.dumps({"agent": "llm-reviewer", "candidate": self.candidate_id,
-                           "opinion": self.opinion, "text": self.text[:2000]})
+                           "opinion": self.opinion, "text": self.text[:2000],
+                           "input_tokens": self.input_tokens,
+                           "output_tokens": self.output_tokens, "cost_usd": self.cost_usd})
 
 
 class Reviewer:
@@ -61,7 +66,8 @@ class Reviewer:
         except ProviderError as exc:
             self.spend.failures += 1
             return Review(candidate.id, "unavailable", f"not reviewed: {exc}")
-        self.spend.charge("llm-reviewer", completion)
+        cost = self.spend.charge("llm-reviewer", completion)
         found = _VERDICT.search(completion.text)
         opinion = found.group(1).lower() if found else "unclear"
-        return Review(candidate.id, opinion, completion.text.strip())
+        return Review(candidate.id, opinion, completion.text.strip(), completion.input_tokens,
+                      completion.output_tokens, cost)

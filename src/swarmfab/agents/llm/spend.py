@@ -105,18 +105,20 @@ class Spend:
 def summarise_events(events: list[tuple[str, str]]) -> dict[str, object] | None:
     """What the LLM agents of a run did, from its recorded events; None if they did nothing.
 
-    Calls, tokens and cost add up the ``llm-call`` events; the cost is None when any call
-    had no known price, so a partial sum is never shown as the total.
+    Calls, tokens and cost add up the agents' ``llm-call`` events and the reviewer's
+    ``llm-review`` ones; the cost is None when any call had no known price, so a partial
+    sum is never shown as the total.
     """
-    calls = [json.loads(detail) for kind, detail in events if kind == "llm-call"]
     counts: dict[str, int] = {}
     for kind, _ in events:
         if kind.startswith("llm-"):
             counts[kind] = counts.get(kind, 0) + 1
     if not counts:
         return None
-    costs = [call.get("cost_usd") for call in calls]
     reviews = [json.loads(detail) for kind, detail in events if kind == "llm-review"]
+    calls = [json.loads(detail) for kind, detail in events if kind == "llm-call"]
+    calls += [review for review in reviews if review.get("input_tokens")]
+    costs = [call.get("cost_usd") for call in calls]
     return {
         "calls": len(calls),
         "input_tokens": sum(int(call.get("input_tokens", 0)) for call in calls),
