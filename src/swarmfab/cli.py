@@ -87,9 +87,27 @@ def run(
     executor: ExecutorOption = "local",
     address: AddressOption = "auto",
     workdir: Annotated[Path, typer.Option(help="Build cache and champions.")] = Path(".swarmfab"),
+    agents: Annotated[str | None, typer.Option(
+        help="Comma-separated agent kinds: builtin, llm (default: the goal's, else builtin).")
+    ] = None,
+    llm_provider: Annotated[str | None, typer.Option(help="openai (any compatible server) "
+                                                     "or anthropic.")] = None,
+    llm_base_url: Annotated[str | None, typer.Option(
+        help="Endpoint, e.g. http://127.0.0.1:8000/v1 for vLLM (default: the provider's).")
+    ] = None,
+    llm_model: Annotated[str | None, typer.Option(help="Model name the endpoint serves.")] = None,
+    llm_api_key_env: Annotated[str | None, typer.Option(
+        help="Environment variable holding the API key (default OPENAI_API_KEY or "
+             "ANTHROPIC_API_KEY).")] = None,
+    llm_budget_usd: Annotated[float | None, typer.Option(
+        help="Spend after which the LLM agents stop (the run goes on).")] = None,
 ) -> None:
     """Optimise a workload: agents propose, every candidate is verified and benchmarked."""
     goal = _goal(target, budget, threads, seed, max_evaluations, workers)
+    llm = {"provider": llm_provider, "base_url": llm_base_url, "model": llm_model,
+           "api_key_env": llm_api_key_env, "budget_usd": llm_budget_usd}
+    kinds = [kind.strip() for kind in agents.split(",") if kind.strip()] if agents else None
+    goal = goal.with_overrides(agents=kinds, llm=llm)
     _launch(goal, Store(db), workdir, resume=None,
             executor=_executor_factory(executor, address))
 
@@ -130,12 +148,21 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
     from swarmfab.swarm import Run
 
     space = design_space(goal.workload)
+    agents: list[Any] = []
+    reviewer = None
+    if "llm" in goal.agents:  # first: a bad key or model fails before any work is done
+        from swarmfab.agents.llm import llm_agents
+
+        agents, reviewer, _ = llm_agents(goal.llm)
+    builtin = "builtin" in goal.agents
+    if builtin:
+        agents += domain_agents(space.knobs)
     evaluator = _evaluator(goal, workdir, store)
 
     def execute(log: Callable[[str], None], observer: Callable[[Any], None] | None) -> Any:
-        return Run(goal, store, evaluator, space, domain_agents(space.knobs), workdir,
-                   log=log, fallback=RestartAgent(), observer=observer,
-                   executor=executor).execute(resume)
+        return Run(goal, store, evaluator, space, agents, workdir, log=log,
+                   fallback=RestartAgent() if builtin else None, observer=observer,
+                   reviewer=reviewer, executor=executor).execute(resume)
 
     if console.is_terminal:  # a live panel; pipes and CI get plain lines
         with LiveProgress(console) as live:
@@ -378,6 +405,8 @@ def show(
     """A run at a glance: goal, champion and its figures, verdicts by status, agent, reason."""
     from collections import Counter
 
+    from swarmfab.agents.llm.spend import summarise_events
+
     store = Store(db)
     record = store.run(run_id)
     rows = [row for row, _ in store.verdicts(record.id)]
@@ -395,13 +424,15 @@ def show(
         "by_reject_reason": dict(Counter(row.reason.split(":")[0] for row in rejected)),
         "interventions": [detail for _, detail in store.events(record.id, "intervention")],
         "events": [{"kind": kind, "detail": detail} for kind, detail in store.events(record.id)],
+        "llm": summarise_events(store.events(record.id)),
     }
     if as_json:
         print(json.dumps(data, indent=2, default=str))
         return
     for key in ("run", "workload", "status", "champion", "verdicts", "by_status", "by_agent",
-                "by_reject_reason", "interventions"):
-        console.print(f"{key:>17}: {data[key]}", highlight=False)
+                "by_reject_reason", "interventions", "llm"):
+        if data[key] is not None:
+            console.print(f"{key:>17}: {data[key]}", highlight=False)
 
 
 @app.command()

@@ -9,7 +9,9 @@ SwarmfabError                 anything swarmfab reports to the user as a clear m
 ├── SandboxError              the sandbox itself could not run a job (not the candidate's fault)
 ├── MeasurementError          a trusted implementation (baseline, champion) failed to be timed
 ├── StoreError                the knowledge store cannot be opened, read or written
-└── ClusterError              the Ray cluster cannot be reached, or lost every evaluator
+├── ClusterError              the Ray cluster cannot be reached, or lost every evaluator
+└── ProviderError             an LLM provider call failed (network, rate limit, timeout,
+                              malformed reply); LLM agents record it and go on
 ```
 
 A candidate that misbehaves (crashes, hangs, gives wrong answers) is not an error: it is
@@ -28,6 +30,7 @@ __all__ = [
     "Diagnostic",
     "GoalError",
     "MeasurementError",
+    "ProviderError",
     "SandboxError",
     "StoreError",
     "SwarmfabError",
@@ -87,3 +90,11 @@ class StoreError(SwarmfabError):
 
 class ClusterError(SwarmfabError):
     """The Ray cluster cannot be reached, or every evaluator on it was lost."""
+
+
+class ProviderError(SwarmfabError):
+    """An LLM provider call failed after its retries; ``kind`` names the failure class."""
+
+    def __init__(self, message: str, kind: str = "error"):
+        super().__init__(message)
+        self.kind = kind

@@ -11,14 +11,24 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from swarmfab.errors import GoalError, WorkloadError
 from swarmfab.workloads import AnyShape, Shape, get_workload
 
-__all__ = ["Goal", "ShapeSpec", "Tolerance", "default_goal", "load_goal", "parse_duration"]
+__all__ = [
+    "LLM_ROLES",
+    "Goal",
+    "LLMRole",
+    "LLMSettings",
+    "ShapeSpec",
+    "Tolerance",
+    "default_goal",
+    "load_goal",
+    "parse_duration",
+]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 _UNIT_SECONDS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, None: 1.0}
@@ -73,6 +83,58 @@ class Tolerance(_Strict):
     max_abs: Annotated[float | None, Field(gt=0)] = None
 
 
+LLMRole = Literal["memory-layout", "tiling", "vectorisation", "algorithm", "fusion", "parallelism"]
+LLM_ROLES: tuple[str, ...] = get_args(LLMRole)
+
+
+class LLMSettings(_Strict):
+    """Where LLM agents get their model, and how much they may spend.
+
+    The API key itself is never part of a goal (goals are stored with every run): only
+    the name of the environment variable that holds it.
+    """
+
+    provider: Literal["openai", "anthropic"] = "openai"
+    base_url: str | None = None  # None: the provider's public endpoint
+    model: str | None = None
+    api_key_env: str | None = None  # None: OPENAI_API_KEY or ANTHROPIC_API_KEY
+    roles: Annotated[list[LLMRole], Field(min_length=1)] = [
+        "vectorisation", "algorithm", "memory-layout"]
+    budget_usd: Annotated[float, Field(ge=0)] = 1.0
+    budget_tokens: Annotated[int | None, Field(ge=1)] = None
+    # USD per million tokens; None: the built-in price of well-known models, else unknown
+    price_input: Annotated[float | None, Field(ge=0)] = None
+    price_output: Annotated[float | None, Field(ge=0)] = None
+    timeout_s: Annotated[float, Field(alias="timeout", gt=0)] = 120.0
+    max_retries: Annotated[int, Field(ge=0, le=10)] = 3
+    stream: bool = False
+    repair_turns: Annotated[int, Field(ge=0, le=10)] = 2
+    context_tokens: Annotated[int, Field(ge=1000, le=1_000_000)] = 16_000
+    max_output_tokens: Annotated[int, Field(ge=256, le=200_000)] = 8_192
+    temperature: Annotated[float, Field(ge=0, le=2)] = 0.7
+    review: bool = True  # a reviewer reads every LLM-authored champion's diff
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("timeout_s", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://, e.g. "
+                             "http://127.0.0.1:8000/v1")
+        return url
+
+    def key_variable(self) -> str:
+        """The environment variable the API key is read from."""
+        default = "ANTHROPIC_API_KEY" if self.provider == "anthropic" else "OPENAI_API_KEY"
+        return self.api_key_env or default
+
+
 class Goal(_Strict):
     """A validated optimisation goal."""
 
@@ -82,7 +144,8 @@ class Goal(_Strict):
     device: Literal["cpu"] = "cpu"
     dtype: Literal["float32"] = "float32"
     metric: Literal["latency"] = "latency"
-    agents: Annotated[list[Literal["builtin"]], Field(min_length=1)] = ["builtin"]
+    agents: Annotated[list[Literal["builtin", "llm"]], Field(min_length=1)] = ["builtin"]
+    llm: LLMSettings = LLMSettings()
     # baselines to time (default: the workload's standard ones; "torch-compile" is opt-in)
     baselines: Annotated[list[str] | None, Field(min_length=1)] = None
     budget_s: Annotated[float, Field(alias="budget")] = 60.0
@@ -117,6 +180,13 @@ class Goal(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _llm_has_a_model(self) -> Goal:
+        if "llm" in self.agents and not self.llm.model:
+            raise ValueError("the llm agents need a model: set llm.model in the goal "
+                             "or pass --llm-model")
+        return self
+
+    @model_validator(mode="after")
     def _has_shapes(self) -> Goal:
         if self.shapes is None and not get_workload(self.workload).default_shapes:
             raise ValueError(f"no target shapes: {self.workload} has no default shapes, "
@@ -137,7 +207,11 @@ class Goal(_Strict):
     def with_overrides(self, **changes: Any) -> Goal:
         """A copy with some fields replaced, validated like a file would be."""
         data = self.model_dump(by_alias=True)
-        data.update({key: value for key, value in changes.items() if value is not None})
+        for key, value in changes.items():
+            if isinstance(value, dict) and isinstance(data.get(key), dict):  # a sub-table
+                data[key] = {**data[key], **{k: v for k, v in value.items() if v is not None}}
+            elif value is not None:
+                data[key] = value
         return _validate(data, source="command line")
 
 

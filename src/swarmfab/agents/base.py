@@ -31,6 +31,8 @@ class Context:
     lessons: tuple[str, ...] = ()
     rng: random.Random = field(default_factory=random.Random)
     parents: tuple[Candidate, ...] = ()  # elites sampled from the agent's island
+    champion_verdict: Verdict | None = None  # the evidence behind the champion
+    board: tuple[str, ...] = ()  # the blackboard's recent events, oldest first
 
     def champion_setting(self) -> dict[str, KnobValue]:
         """The champion's knobs, or the space's default before any champion exists."""
@@ -49,6 +51,16 @@ class Agent(ABC):
     @abstractmethod
     def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
         """Up to ``limit`` candidates not in ``context.evaluated``; [] when out of ideas."""
+
+    def may_propose_later(self) -> bool:
+        """True if an empty proposal is only for now (an LLM agent waiting out a provider
+        failure), so the run goes on; built-in agents with nothing are done."""
+        return False
+
+    def take_events(self) -> list[tuple[str, str]]:
+        """(kind, detail) of what the agent did since last asked (calls, spend, errors);
+        the run loop records them. Built-in agents have none."""
+        return []
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.id!r}, role={self.role!r})"

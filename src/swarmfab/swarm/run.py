@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swarmfab.agents import Agent, Context
 from swarmfab.backends import get_backend
@@ -42,6 +42,9 @@ from swarmfab.swarm.status import RunStatus, StatusTracker
 from swarmfab.swarm.supervisor import Intervention, Supervisor
 from swarmfab.verify import draw_cases
 from swarmfab.workloads import Case
+
+if TYPE_CHECKING:
+    from swarmfab.agents.llm import Reviewer
 
 __all__ = ["Run", "RunResult"]
 
@@ -63,6 +66,10 @@ class _Submission:
     incumbent: str | None  # the champion's id when submitted (None: the baselines)
     gain: float  # that incumbent's geometric-mean speedup over the baselines
     corpus: int  # how many corpus cases there were (later ones are checked before crowning)
+BOARD_KINDS = frozenset({"champion-changed", "corpus-grew", "demoted", "intervention",
+                         "llm-review"})  # what agents are shown of the blackboard
+BOARD_SIZE = 12
+IDLE_PAUSE_S = 0.5  # between rounds in which every agent had nothing for now
 
 
 @dataclass(slots=True)
@@ -85,6 +92,7 @@ class Run:
         agents: Sequence[Agent], workdir: Path, log: Callable[[str], None] = print,
         fallback: Agent | None = None, observer: Callable[[RunStatus], None] | None = None,
         executor: ExecutorFactory | None = None,
+        reviewer: Reviewer | None = None,
     ):
         self.goal, self.store, self.evaluator, self.space = goal, store, evaluator, space
         self.agents, self.workdir, self._log = list(agents), workdir, log
@@ -93,9 +101,11 @@ class Run:
         # makes the executor once the references and peaks exist (default: a local pool)
         self.executor_factory: ExecutorFactory = executor or LocalExecutor
         self.executor: Executor | None = None  # during and after the search
+        self.reviewer = reviewer  # reads LLM-authored champions' diffs; advisory only
         self.tracker = StatusTracker(goal.budget_s)
         self.rng = random.Random(goal.seed)
         self.champion: Candidate | None = None
+        self.champion_verdict: Verdict | None = None
         self.incumbents: dict[str, Implementation] = {}
         self.baseline_incumbents: dict[str, Implementation] = {}
         self.recent: list[Verdict] = []
@@ -193,6 +203,8 @@ class Run:
         self.store.reopen_run(record.id)
         if record.champion_id is not None:
             self.champion = self.store.candidate(record.champion_id)
+            self.champion_verdict = next((v for _, v in self.store.verdicts(record.id)
+                                          if v.candidate_id == record.champion_id), None)
         done = len(self.store.evaluated_ids(record.id))
         self.rng = random.Random(f"{self.goal.seed}/{done}")  # fresh draws, not a replay
         self.log(f"resuming run {record.id}: {done} candidates already judged, champion "
@@ -258,6 +270,11 @@ class Run:
             if not exhausted:
                 exhausted = self._fill(executor, in_flight, deadline)
             if not in_flight:
+                if exhausted and time.monotonic() < deadline and any(
+                        agent.may_propose_later() for agent in self.agents):
+                    time.sleep(IDLE_PAUSE_S)  # e.g. LLM agents waiting out a provider failure
+                    exhausted = False
+                    continue
                 if exhausted:
                     self.log("every agent is out of proposals: the space is exhausted")
                 break
@@ -318,7 +335,7 @@ class Run:
         fallback when all are dry or the supervisor asked for exploration."""
         if self._explore_turns > 0 and self.fallback is not None:
             self._explore_turns -= 1
-            found = self.fallback.propose(self._context(), limit=1)
+            found = self._ask(self.fallback, self._context())
             if found:
                 return self.fallback, found[0]
         for _ in range(len(self.agents)):
@@ -327,13 +344,23 @@ class Run:
             if self._benched.get(agent.id, 0) > 0:
                 self._benched[agent.id] -= 1
                 continue
-            found = agent.propose(self._context(agent), limit=1)
+            found = self._ask(agent, self._context(agent))
             if found:
                 return agent, found[0]
         if self.fallback is None:
             return None
-        found = self.fallback.propose(self._context(), limit=1)
+        found = self._ask(self.fallback, self._context())
         return (self.fallback, found[0]) if found else None
+
+    def _ask(self, agent: Agent, context: Context) -> list[Candidate]:
+        """One proposal; what the agent reports doing (LLM calls, spend) is recorded."""
+        try:
+            return agent.propose(context, limit=1)
+        finally:
+            for kind, detail in agent.take_events():
+                self.blackboard.publish(kind, detail)
+                if kind not in ("llm-call",):
+                    self.log(f"{agent.id}: {kind} {detail[:160]}")
 
     def _supervise(self, run_id: str, agent: Agent, promoted: bool) -> None:
         self._intervene(self.supervisor.observe(agent.id, self.recent[-1], promoted))
@@ -352,8 +379,11 @@ class Run:
         evaluated = self.blackboard.taken()  # judged (the store's verdicts) or in flight
         island = self._island(agent) if agent is not None else 0
         parents = tuple(self.archive.sample(island, self.rng))
+        board = tuple(f"{e.kind}: {e.detail}" for e in self.blackboard.events()
+                      if e.kind in BOARD_KINDS)[-BOARD_SIZE:]
         return Context(self.goal, self.space, self.champion, evaluated,
-                       tuple(self.recent[-20:]), (), self.rng, parents)
+                       tuple(self.recent[-20:]), (), self.rng, parents,
+                       self.champion_verdict, board)
 
     def _island(self, agent: Agent) -> int:
         return self.agents.index(agent) % self.archive.islands if agent in self.agents else 0
@@ -434,17 +464,24 @@ class Run:
             self.store.demote(run_id, self.champion.id, reason)
             self.log(f"champion {self.champion.id[:10]} demoted: {reason}")
             self.blackboard.publish("demoted", f"{self.champion.id}: {reason}")
-            self.champion = None
+            self.champion, self.champion_verdict = None, None
             self.incumbents = dict(self.baseline_incumbents)
             self.tracker.demoted()
             self.champion_gain = 1.0
 
     def _crown(self, run_id: str, candidate: Candidate) -> None:
-        self.champion = candidate
+        replaced = self.champion
+        self.champion, self.champion_verdict = candidate, self.recent[-1]
         self.store.set_champion(run_id, candidate.id)
         self._make_incumbent(candidate)
         self.blackboard.publish("champion-changed", f"{candidate.id} by {candidate.agent}: "
                                 f"{candidate.rationale}")
+        if self.reviewer is not None and self.reviewer.wants(candidate):
+            if replaced is None:  # the first champion: show the diff from the starting point
+                replaced = self.space.instantiate(self.space.default(), threads=self.goal.threads)
+            review = self.reviewer.review(candidate, replaced, self.recent[-1])
+            self.blackboard.publish("llm-review", review.to_json())
+            self.log(f"reviewer on {candidate.id[:10]}: {review.opinion}")
 
     def _make_incumbent(self, candidate: Candidate) -> None:
         artifact = self.evaluator.build(candidate)  # cached: no recompilation

@@ -1,0 +1,132 @@
+"""Token and cost accounting, and the spend budget every LLM agent of a run shares.
+
+Cost is only claimed where the price is known: the goal's own prices, or the list
+prices of a few well-known models below. For any other model (a local vLLM server,
+say) the cost is reported as unknown rather than zero, and only the token budget, if
+any, can stop the agents.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from swarmfab.agents.llm.providers import Completion
+from swarmfab.goal import LLMSettings
+
+__all__ = ["KNOWN_PRICES", "Pricing", "Spend", "summarise_events"]
+
+# USD per million (input, output) tokens, list prices; a model name matches by prefix.
+KNOWN_PRICES: dict[str, tuple[float, float]] = {
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-4o": (2.50, 10.00),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1": (2.00, 8.00),
+    "claude-3-5-haiku": (0.80, 4.00),
+    "claude-haiku-4": (1.00, 5.00),
+    "claude-sonnet-4": (3.00, 15.00),
+    "claude-opus-4": (15.00, 75.00),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """USD per million input and output tokens; None when not known."""
+
+    input_per_mtok: float | None
+    output_per_mtok: float | None
+
+    @property
+    def known(self) -> bool:
+        return self.input_per_mtok is not None and self.output_per_mtok is not None
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float | None:
+        if self.input_per_mtok is None or self.output_per_mtok is None:
+            return None
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+    @staticmethod
+    def of(settings: LLMSettings) -> Pricing:
+        """The goal's prices, else the list price of a known model, else unknown."""
+        if settings.price_input is not None and settings.price_output is not None:
+            return Pricing(settings.price_input, settings.price_output)
+        model = settings.model or ""
+        for prefix in sorted(KNOWN_PRICES, key=len, reverse=True):
+            if model.startswith(prefix) and settings.base_url is None:
+                return Pricing(*KNOWN_PRICES[prefix])
+        return Pricing(None, None)
+
+
+@dataclass(slots=True)
+class Spend:
+    """What the LLM agents of one run have used so far, against their budget."""
+
+    pricing: Pricing
+    budget_usd: float
+    budget_tokens: int | None = None
+    calls: int = 0
+    failures: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    estimated_calls: int = 0
+    cost_usd: float = 0.0
+    by_agent: dict[str, int] = field(default_factory=dict)
+
+    def charge(self, agent_id: str, completion: Completion) -> float | None:
+        """Add one call's tokens; returns its cost (None: price unknown)."""
+        self.calls += 1
+        self.by_agent[agent_id] = self.by_agent.get(agent_id, 0) + 1
+        self.input_tokens += completion.input_tokens
+        self.output_tokens += completion.output_tokens
+        self.estimated_calls += completion.estimated
+        cost = self.pricing.cost(completion.input_tokens, completion.output_tokens)
+        self.cost_usd += cost or 0.0
+        return cost
+
+    def exhausted(self) -> str | None:
+        """Why no more calls may be made, or None while budget remains."""
+        if self.pricing.known and self.cost_usd >= self.budget_usd:
+            return f"spent ${self.cost_usd:.4f} of the ${self.budget_usd:.2f} budget"
+        tokens = self.input_tokens + self.output_tokens
+        if self.budget_tokens is not None and tokens >= self.budget_tokens:
+            return f"used {tokens} of the {self.budget_tokens} token budget"
+        return None
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "calls": self.calls, "failures": self.failures,
+            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+            "estimated_calls": self.estimated_calls,
+            "cost_usd": round(self.cost_usd, 6) if self.pricing.known else None,
+            "budget_usd": self.budget_usd, "budget_tokens": self.budget_tokens,
+        }
+
+
+def summarise_events(events: list[tuple[str, str]]) -> dict[str, object] | None:
+    """What the LLM agents of a run did, from its recorded events; None if they did nothing.
+
+    Calls, tokens and cost add up the agents' ``llm-call`` events and the reviewer's
+    ``llm-review`` ones; the cost is None when any call had no known price, so a partial
+    sum is never shown as the total.
+    """
+    counts: dict[str, int] = {}
+    for kind, _ in events:
+        if kind.startswith("llm-"):
+            counts[kind] = counts.get(kind, 0) + 1
+    if not counts:
+        return None
+    reviews = [json.loads(detail) for kind, detail in events if kind == "llm-review"]
+    calls = [json.loads(detail) for kind, detail in events if kind == "llm-call"]
+    calls += [review for review in reviews if review.get("input_tokens")]
+    costs = [call.get("cost_usd") for call in calls]
+    return {
+        "calls": len(calls),
+        "input_tokens": sum(int(call.get("input_tokens", 0)) for call in calls),
+        "output_tokens": sum(int(call.get("output_tokens", 0)) for call in calls),
+        "estimated_calls": sum(bool(call.get("estimated")) for call in calls),
+        "cost_usd": (round(sum(c for c in costs if c is not None), 6)
+                     if all(c is not None for c in costs) else None),
+        "events": counts,
+        "reviews": [{"candidate": r.get("candidate"), "opinion": r.get("opinion")}
+                    for r in reviews],
+    }
