@@ -197,3 +197,17 @@ def test_the_context_shows_evidence_failures_lessons_and_board(goal: Goal) -> No
     assert "tile_v 64 wins on K=128" in text
     assert "champion-changed: abc by builtin-tiling" in text
     assert f"the current champion {champion.id}" in text
+
+
+def test_an_agent_waits_for_the_verdict_of_its_candidate_in_flight(goal: Goal) -> None:
+    script = [Reply(edit(MARK, "/* edited */\nint oops = undeclared;\n")),
+              Reply(edit("int oops = undeclared;\n", "float scale2 = 0;\n"))]
+    with FakeLLM(script) as llm:
+        agent = agent_for(llm, goal)
+        [first] = agent.propose(context(goal))
+        waiting = context(goal, evaluated=frozenset({first.id}), in_flight=frozenset({first.id}))
+        assert agent.propose(waiting) == [] and agent.may_propose_later()
+        assert len(llm.requests) == 1  # no call while the verdict is pending
+        broken = failed(first, Verdicts.BUILD_FAILED, "compilation failed: 'undeclared'")
+        [repair] = agent.propose(context(goal, (broken,), evaluated=frozenset({first.id})))
+    assert repair.parents == (first.id,)

@@ -26,13 +26,14 @@ class Context:
     goal: Goal
     space: DesignSpace
     champion: Candidate | None
-    evaluated: frozenset[str]
+    evaluated: frozenset[str]  # judged in this run, or being evaluated now
     recent: tuple[Verdict, ...] = ()
     lessons: tuple[str, ...] = ()
     rng: random.Random = field(default_factory=random.Random)
     parents: tuple[Candidate, ...] = ()  # elites sampled from the agent's island
     champion_verdict: Verdict | None = None  # the evidence behind the champion
     board: tuple[str, ...] = ()  # the blackboard's recent events, oldest first
+    in_flight: frozenset[str] = frozenset()  # being evaluated now: no verdict yet
 
     def champion_setting(self) -> dict[str, KnobValue]:
         """The champion's knobs, or the space's default before any champion exists."""

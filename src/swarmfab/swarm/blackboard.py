@@ -58,6 +58,12 @@ class Blackboard:
             live = {cid for cid, claim in self._claims.items() if claim.expires > now}
             return frozenset(self._judged | live)
 
+    def claimed(self) -> frozenset[str]:
+        """Candidates held by a live claim (being evaluated now)."""
+        now = self._clock()
+        with self._lock:
+            return frozenset(cid for cid, claim in self._claims.items() if claim.expires > now)
+
     def claim(self, candidate_id: str, owner: str) -> bool:
         """True if ``owner`` may evaluate ``candidate_id`` now (nobody judged or holds it)."""
         now = self._clock()

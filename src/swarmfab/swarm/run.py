@@ -383,7 +383,7 @@ class Run:
                       if e.kind in BOARD_KINDS)[-BOARD_SIZE:]
         return Context(self.goal, self.space, self.champion, evaluated,
                        tuple(self.recent[-20:]), (), self.rng, parents,
-                       self.champion_verdict, board)
+                       self.champion_verdict, board, self.blackboard.claimed())
 
     def _island(self, agent: Agent) -> int:
         return self.agents.index(agent) % self.archive.islands if agent in self.agents else 0

@@ -84,6 +84,8 @@ class LLMAgent(Agent):
     def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
         if self._out_of_budget():
             return []
+        if self._awaiting_verdict(context):
+            return []  # its last candidate is still being evaluated: a repair may follow
         self._settle(context)
         if self._backoff.skip > 0:
             self._backoff.skip -= 1
@@ -106,6 +108,11 @@ class LLMAgent(Agent):
         return events
 
     # -- outcomes -------------------------------------------------------------------------
+    def _awaiting_verdict(self, context: Context) -> bool:
+        attempt = self._attempt
+        return (attempt is not None and attempt.candidate is not None
+                and attempt.candidate.id in context.in_flight)
+
     def _settle(self, context: Context) -> None:
         """Read the verdict of the last proposal from the context; schedule a repair."""
         attempt = self._attempt
