@@ -172,7 +172,8 @@ def test_a_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:
 
 
 def test_database_url_accepts_paths_and_urls(tmp_path: Path) -> None:
-    assert database_url("postgresql://u@h/db") == "postgresql://u@h/db"
+    assert database_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert database_url("postgresql+psycopg://u@h/db") == "postgresql+psycopg://u@h/db"
     nested = tmp_path / "a" / "b" / "s.db"
     assert database_url(nested) == f"sqlite:///{nested}"
     assert nested.parent.is_dir()  # created so SQLite can open the file
