@@ -49,8 +49,11 @@ def _rejected(candidate: Candidate) -> Verdict:
                    elapsed_s=0.5, diagnostics=("k.c:1: error: nope",))
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """Every store test runs on a SQLite file and on a real PostgreSQL database."""
+    if request.param == "postgresql":
+        return Store(request.getfixturevalue("postgres_url"))
     return Store(tmp_path / "x.db")
 
 

@@ -163,8 +163,8 @@ class Store:
         it a moment ago); True when this call inserted it."""
         dialect = postgresql if session.bind.dialect.name == "postgresql" else sqlite  # type: ignore[union-attr]
         statement = dialect.insert(table).values(**values).on_conflict_do_nothing(
-            index_elements=keys)
-        return bool(session.execute(statement).rowcount)  # type: ignore[attr-defined]
+            index_elements=keys).returning(table.c[keys[0]])
+        return session.execute(statement).first() is not None  # rowcount lies on psycopg
 
     def _check_version(self) -> None:
         with self.session() as s:
