@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from swarmfab import lessons_cli
 from swarmfab._cli_common import (
     DbOption,
     JsonOption,
@@ -27,6 +28,11 @@ app = typer.Typer(
     help="A self-improving factory for verified AI inference kernels.",
 )
 app.add_typer(corpus_app, name="corpus")
+app.command("lessons")(lessons_cli.lessons)
+NoLessonsOption = Annotated[bool, typer.Option(
+    "--no-lessons", help="Ignore what earlier runs in the store learned (for comparison).")]
+
+
 def _goal(target: str, budget: str | None, threads: int | None, seed: int | None,
           max_evaluations: int | None) -> Any:
     from swarmfab.goal import default_goal, load_goal
@@ -65,10 +71,11 @@ def run(
     seed: Annotated[int | None, typer.Option(help="Seed of agents and inputs.")] = None,
     max_evaluations: Annotated[int | None, typer.Option(help="Stop after N evaluations.")] = None,
     workdir: Annotated[Path, typer.Option(help="Build cache and champions.")] = Path(".swarmfab"),
+    no_lessons: NoLessonsOption = False,
 ) -> None:
     """Optimise a workload: agents propose, every candidate is verified and benchmarked."""
     goal = _goal(target, budget, threads, seed, max_evaluations)
-    _launch(goal, Store(db), workdir, resume=None)
+    _launch(goal, Store(db), workdir, resume=None, use_lessons=not no_lessons)
 
 
 @app.command()
@@ -79,6 +86,7 @@ def resume(
     db: DbOption = str(DEFAULT_DB),
     max_evaluations: Annotated[int | None, typer.Option(help="Stop after N evaluations.")] = None,
     workdir: Annotated[Path, typer.Option(help="Build cache and champions.")] = Path(".swarmfab"),
+    no_lessons: NoLessonsOption = False,
 ) -> None:
     """Continue an interrupted or killed run: nothing already judged is evaluated again."""
     from swarmfab.goal import Goal
@@ -90,10 +98,24 @@ def resume(
                      "stop it first (this continues from what it recorded)", highlight=False)
     goal = Goal.model_validate(record.goal).with_overrides(
         budget=budget, max_evaluations=max_evaluations)
-    _launch(goal, store, workdir, resume=record.id)
+    _launch(goal, store, workdir, resume=record.id, use_lessons=not no_lessons)
 
 
-def _launch(goal: Any, store: Store, workdir: Path, resume: str | None) -> None:
+def _lessons(goal: Any, space: Any, store: Store) -> tuple[Any, ...]:
+    """What earlier runs in the store learned, for this goal's workload, host and shapes."""
+    import platform
+
+    from swarmfab.backends import get_backend
+    from swarmfab.knowledge import LessonContext
+
+    host = {"machine": platform.machine(), "threads": goal.threads,
+            **get_backend(space.backend).describe()}
+    labels = [shape.label for shape in goal.target_shapes()]
+    return tuple(store.lessons_for(LessonContext.of(goal.workload, host, labels)))
+
+
+def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
+            use_lessons: bool = True) -> None:
     from swarmfab.agents.builtin import RestartAgent, domain_agents
     from swarmfab.kernels import design_space
     from swarmfab.report import run_table
@@ -102,10 +124,16 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None) -> None:
 
     space = design_space(goal.workload)
     evaluator = _evaluator(goal, workdir, store)
+    lessons = _lessons(goal, space, store) if use_lessons else ()
+    if lessons:
+        helpful = sum(lesson.outcome == "helps" for lesson in lessons)
+        console.print(f"{len(lessons)} lesson(s) from earlier runs ({helpful} helpful moves); "
+                      "--no-lessons to ignore them", highlight=False)
 
     def execute(log: Callable[[str], None], observer: Callable[[Any], None] | None) -> Any:
         return Run(goal, store, evaluator, space, domain_agents(space.knobs), workdir,
-                   log=log, fallback=RestartAgent(), observer=observer).execute(resume)
+                   log=log, fallback=RestartAgent(), observer=observer,
+                   lessons=lessons).execute(resume)
 
     if console.is_terminal:  # a live panel; pipes and CI get plain lines
         with LiveProgress(console) as live:

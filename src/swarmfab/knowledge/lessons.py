@@ -60,14 +60,14 @@ def family_of(workload: str) -> str:
 
 
 def device_class(host: Mapping[str, Any]) -> str:
-    """e.g. ``cpu-x86_64-avx512-t2-4``: architecture, widest vector ISA, thread bucket."""
+    """e.g. ``cpu-x86_64-avx512-t2_4``: architecture, widest vector ISA, thread bucket."""
     isa = str(host.get("isa", ""))
     arch = isa.split(" ", 1)[0] or str(host.get("machine", "unknown"))
     flags = isa.split()[1:]
     vector = next((name for name in ("avx512", "avx2", "avx") if any(
         flag.startswith(name) for flag in flags)), "scalar")
     threads = int(host.get("threads", 1))
-    bucket = "t1" if threads == 1 else "t2-4" if threads <= 4 else "t5-16" if threads <= 16 \
+    bucket = "t1" if threads == 1 else "t2_4" if threads <= 4 else "t5_16" if threads <= 16 \
         else "t17+"
     return f"cpu-{arch}-{vector}-{bucket}"
 

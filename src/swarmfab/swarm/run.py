@@ -26,7 +26,7 @@ from swarmfab.goal import Goal
 from swarmfab.kernels import DesignSpace
 from swarmfab.knowledge import Store
 from swarmfab.measure import CONFIRMATION, TimingPolicy
-from swarmfab.records import Candidate, Status, Verdict
+from swarmfab.records import Candidate, Lesson, Status, Verdict
 from swarmfab.swarm.archive import Archive, knob_descriptor
 from swarmfab.swarm.blackboard import Blackboard
 from swarmfab.swarm.gate import judge
@@ -63,11 +63,13 @@ class Run:
         self, goal: Goal, store: Store, evaluator: Evaluator, space: DesignSpace,
         agents: Sequence[Agent], workdir: Path, log: Callable[[str], None] = print,
         fallback: Agent | None = None, observer: Callable[[RunStatus], None] | None = None,
+        lessons: Sequence[Lesson] = (),
     ):
         self.goal, self.store, self.evaluator, self.space = goal, store, evaluator, space
         self.agents, self.workdir, self._log = list(agents), workdir, log
         self.fallback = fallback  # asked only when every agent is out of proposals
         self.observer = observer  # live displays get snapshots, never the run itself
+        self.lessons = tuple(lessons)  # from earlier runs, for the agents' contexts
         self.tracker = StatusTracker(goal.budget_s)
         self.rng = random.Random(goal.seed)
         self.champion: Candidate | None = None
@@ -265,7 +267,7 @@ class Run:
         island = self._island(agent) if agent is not None else 0
         parents = tuple(self.archive.sample(island, self.rng))
         return Context(self.goal, self.space, self.champion, evaluated,
-                       tuple(self.recent[-20:]), (), self.rng, parents)
+                       tuple(self.recent[-20:]), self.lessons, self.rng, parents)
 
     def _island(self, agent: Agent) -> int:
         return self.agents.index(agent) % self.archive.islands if agent in self.agents else 0

@@ -8,14 +8,14 @@ connection in ``config.attributes``); contributors generate new revisions with
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine
 
 from swarmfab.knowledge._schema import Base
 
 config = context.config
 
 
-def _run(connection: object) -> None:
+def _run(connection: Connection) -> None:
     context.configure(connection=connection, target_metadata=Base.metadata,
                       render_as_batch=True)  # SQLite alters tables by copying them
     with context.begin_transaction():
