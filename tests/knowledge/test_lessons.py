@@ -126,7 +126,7 @@ def test_finished_runs_leave_lessons_in_the_store(tmp_path: Path, space: DesignS
     assert len(store.lesson_evidence("delta-rule")) == 3
     assert store.lesson_evidence("other-family") == []
     lessons = store.lessons_for(LessonContext.of("gdn", HOST, [SHAPE]))
-    assert [lesson.knob for lesson in lessons][0] == "tile_v"  # the helpful one first
+    assert lessons[0].knob == "tile_v"  # the helpful one first
 
     result = CliRunner().invoke(app, ["lessons", "--workload", "gdn", "--json", "--db",
                                       str(tmp_path / "x.db")])
