@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test lint typecheck bench bench-transfer clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ BENCH_SHAPES := --shape 1,4096,16,128,128 --shape 2,1024,16,128,128 --shape 1,81
 
 bench: $(STAMP)
 	$(BIN)/swarmfab bench kda --candidate default $(BENCH_SHAPES)
+
+# do lessons from an earlier run cut the evaluations a related run needs? (several minutes)
+bench-transfer: $(STAMP)
+	$(BIN)/python scripts/bench_transfer.py --seeds 3 --evaluations 16
 
 clean:
 	rm -rf $(VENV) .swarmfab out .pytest_cache .mypy_cache .ruff_cache

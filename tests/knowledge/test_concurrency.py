@@ -1,13 +1,16 @@
 """Several processes writing to one store at once: nobody fails, nothing is lost.
 
 Processes open a fresh store at the same moment (so they race to migrate it) and then
-record the same candidates, corpus cases and host peaks in runs of their own.
+record the same candidates, corpus cases and host peaks in runs of their own; and two
+real `swarmfab run` commands share one PostgreSQL database.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +84,43 @@ def test_concurrent_writers_share_one_store(
         assert s.scalar(select(func.count()).select_from(CandidateRow)) == CANDIDATES
         assert s.scalar(select(func.count()).select_from(CaseRow)) == CASES
     assert store.host_peaks("shared host") is not None
+
+
+GOAL = """workload = "kda"
+budget = "90s"
+threads = 1
+max_evaluations = 4
+[[shapes]]
+B = 1
+T = 64
+H = 2
+K = 16
+V = 16
+"""
+
+
+@pytest.mark.slow
+def test_two_swarmfab_runs_share_one_postgresql_store(tmp_path: Path, postgres_url: str) -> None:
+    (tmp_path / "goal.toml").write_text(GOAL)
+    runs = [subprocess.Popen(
+        [sys.executable, "-m", "swarmfab", "run", "goal.toml", "--seed", str(seed), "--db",
+         postgres_url, "--workdir", str(tmp_path / f"work{seed}")],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    ) for seed in (1, 2)]
+    outputs = [run.communicate(timeout=240)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], "\n".join(outputs)
+
+    store = Store(postgres_url)
+    recorded = store.runs()
+    assert len(recorded) == 2 and {run.status for run in recorded} == {"finished"}
+    for run in recorded:
+        verdicts = store.verdicts(run.id)
+        assert len(verdicts) == 4  # every evaluation of each run is there, once
+        assert len({row.candidate_id for row, _ in verdicts}) == 4
+        assert run.champion_id in {row.candidate_id for row, _ in verdicts}
+    # both started from the same default: that candidate is stored once, judged twice
+    shared = store.evaluated_ids(recorded[0].id) & store.evaluated_ids(recorded[1].id)
+    assert shared
+    with store.session() as s:
+        assert s.scalar(select(func.count()).select_from(CandidateRow)) == 8 - len(shared)
+    assert {row.run_id for row in store.lesson_evidence()} <= {run.id for run in recorded}
