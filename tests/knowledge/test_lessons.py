@@ -168,3 +168,21 @@ def test_the_local_search_agent_uses_lessons_as_priors(space: DesignSpace) -> No
         assert moves[0] == 64
         assert moves.index(16) == 3  # after 64 and the joint moves to 8 and 128
     assert {first_moves((), seed)[0] for seed in range(12)} == {16, 64}  # no lessons: random
+
+
+def test_an_agent_passes_its_turn_to_another_domains_helpful_move(space: DesignSpace) -> None:
+    goal = default_goal("kda").with_overrides(threads=1)
+    agents = {knob.domain: LocalSearchAgent(f"builtin-{knob.domain}", knob.domain, (knob,))
+              for knob in space.knobs}
+    start = _make(space)
+    separate = _make(space, start, passes="separate")
+    lessons = (_lesson("passes", "fused", "separate", 0.9), _lesson("tile_v", 32, 8, 3.0))
+
+    def ask(domain: str, evaluated: set[str]) -> list[Candidate]:
+        return agents[domain].propose(Context(goal, space, start, frozenset(evaluated),
+                                              lessons=lessons, rng=random.Random(0)))
+
+    assert ask("tiling", set())[0].id == start.id  # the start comes first regardless
+    assert ask("tiling", {start.id}) == []  # passes: fused -> separate is untried and helps
+    assert ask("algorithm", {start.id})[0].id == separate.id
+    assert ask("tiling", {start.id, separate.id})  # tried: everyone proposes again

@@ -6,8 +6,9 @@ it owns, in random order; once its neighbourhood is exhausted it makes a larger 
 its knobs at once). When another domain's change becomes champion, the neighbourhood is
 recomputed around the new champion: re-basing is automatic.
 
-Lessons of earlier runs act as priors: moves they say help come first, moves they say
-hurt (or change nothing) only once everything else around the base has been tried.
+Lessons of earlier runs act as priors: moves they say help come first (an agent passes
+its turn while another domain has such a move untried), moves they say hurt (or change
+nothing) only once everything else around the base has been tried.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class LocalSearchAgent(Agent):
         elite = context.parents[0] if context.parents else None
         if elite is not None and elite.knobs and context.rng.random() < ELITE_SHARE:
             base, parent = dict(elite.knobs), (elite.id,)  # explore from another cell
+        if self._yields_to_a_helpful_move(base, context):
+            return []  # the run loop asks the next agent
         proposals: list[Candidate] = []
         seen = set(context.evaluated)
         for setting, why in self._by_lessons(base, self._moves(base, context), context):
@@ -70,6 +73,24 @@ class LocalSearchAgent(Agent):
                 f"{name} -> {setting[name]}" for name in changed
             )
 
+
+    def _yields_to_a_helpful_move(self, base: dict[str, KnobValue], context: Context) -> bool:
+        """Lessons say another domain has an untried move from ``base`` that helps, and
+        none of ours does: pass this turn so that move is tried first. (Once no helpful
+        move is left untried, every agent proposes as usual.)"""
+        mine = {knob.name for knob in self.knobs}
+        untried_helpful = [
+            lesson for lesson in context.lessons
+            if lesson.outcome == "helps" and base.get(lesson.knob) == lesson.from_value
+            and lesson.to_value in context.space.knob(lesson.knob).values
+            and context.space.instantiate({**base, lesson.knob: lesson.to_value},
+                                          threads=context.goal.threads).id
+            not in context.evaluated
+        ]
+        if not untried_helpful or any(lesson.knob in mine for lesson in untried_helpful):
+            return False
+        start = context.space.instantiate(base, threads=context.goal.threads)
+        return start.id in context.evaluated  # the base itself always comes first
 
     @staticmethod
     def _by_lessons(
