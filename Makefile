@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-swarm clean
+.PHONY: demo test lint typecheck bench bench-swarm bench-transfer clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ bench: $(STAMP)
 # evaluations per minute with 1 and 2 workers, and the platform's own overhead
 bench-swarm: $(STAMP)
 	$(BIN)/python scripts/bench_swarm.py
+
+# do lessons from an earlier run cut the evaluations a related run needs? (several minutes)
+bench-transfer: $(STAMP)
+	$(BIN)/python scripts/bench_transfer.py --seeds 3 --evaluations 16
 
 clean:
 	rm -rf $(VENV) .swarmfab out .pytest_cache .mypy_cache .ruff_cache

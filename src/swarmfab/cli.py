@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from swarmfab import lessons_cli
 from swarmfab._cli_common import (
     DbOption,
     JsonOption,
@@ -44,6 +45,9 @@ def _executor_factory(executor: str, address: str) -> Any:
     from swarmfab.swarm.ray_executor import RayExecutor
 
     return lambda evaluator, workers: RayExecutor(evaluator, address, workers)
+app.command("lessons")(lessons_cli.lessons)
+NoLessonsOption = Annotated[bool, typer.Option(
+    "--no-lessons", help="Ignore what earlier runs in the store learned (for comparison).")]
 
 
 def _goal(target: str, budget: str | None, threads: int | None, seed: int | None,
@@ -101,6 +105,7 @@ def run(
              "ANTHROPIC_API_KEY).")] = None,
     llm_budget_usd: Annotated[float | None, typer.Option(
         help="Spend after which the LLM agents stop (the run goes on).")] = None,
+    no_lessons: NoLessonsOption = False,
 ) -> None:
     """Optimise a workload: agents propose, every candidate is verified and benchmarked."""
     goal = _goal(target, budget, threads, seed, max_evaluations, workers)
@@ -109,7 +114,7 @@ def run(
     kinds = [kind.strip() for kind in agents.split(",") if kind.strip()] if agents else None
     goal = goal.with_overrides(agents=kinds, llm=llm)
     _launch(goal, Store(db), workdir, resume=None,
-            executor=_executor_factory(executor, address))
+            executor=_executor_factory(executor, address), use_lessons=not no_lessons)
 
 
 @app.command()
@@ -124,6 +129,7 @@ def resume(
     executor: ExecutorOption = "local",
     address: AddressOption = "auto",
     workdir: Annotated[Path, typer.Option(help="Build cache and champions.")] = Path(".swarmfab"),
+    no_lessons: NoLessonsOption = False,
 ) -> None:
     """Continue an interrupted or killed run: nothing already judged is evaluated again."""
     from swarmfab.goal import Goal
@@ -136,11 +142,24 @@ def resume(
     goal = Goal.model_validate(record.goal).with_overrides(
         budget=budget, max_evaluations=max_evaluations, workers=workers)
     _launch(goal, store, workdir, resume=record.id,
-            executor=_executor_factory(executor, address))
+            executor=_executor_factory(executor, address), use_lessons=not no_lessons)
+
+
+def _lessons(goal: Any, space: Any, store: Store) -> tuple[Any, ...]:
+    """What earlier runs in the store learned, for this goal's workload, host and shapes."""
+    import platform
+
+    from swarmfab.backends import get_backend
+    from swarmfab.knowledge import LessonContext
+
+    host = {"machine": platform.machine(), "threads": goal.threads,
+            **get_backend(space.backend).describe()}
+    labels = [shape.label for shape in goal.target_shapes()]
+    return tuple(store.lessons_for(LessonContext.of(goal.workload, host, labels)))
 
 
 def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
-            executor: Any = None) -> None:
+            executor: Any = None, use_lessons: bool = True) -> None:
     from swarmfab.agents.builtin import RestartAgent, domain_agents
     from swarmfab.kernels import design_space
     from swarmfab.report import run_table
@@ -158,11 +177,16 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
     if builtin:
         agents += domain_agents(space.knobs)
     evaluator = _evaluator(goal, workdir, store)
+    lessons = _lessons(goal, space, store) if use_lessons else ()
+    if lessons:
+        helpful = sum(lesson.outcome == "helps" for lesson in lessons)
+        console.print(f"{len(lessons)} lesson(s) from earlier runs ({helpful} helpful moves); "
+                      "--no-lessons to ignore them", highlight=False)
 
     def execute(log: Callable[[str], None], observer: Callable[[Any], None] | None) -> Any:
         return Run(goal, store, evaluator, space, agents, workdir, log=log,
                    fallback=RestartAgent() if builtin else None, observer=observer,
-                   reviewer=reviewer, executor=executor).execute(resume)
+                   reviewer=reviewer, executor=executor, lessons=lessons).execute(resume)
 
     if console.is_terminal:  # a live panel; pipes and CI get plain lines
         with LiveProgress(console) as live:

@@ -16,6 +16,7 @@ __all__ = [
     "Candidate",
     "CheckResult",
     "Estimate",
+    "Lesson",
     "ShapeTiming",
     "Status",
     "Verdict",
@@ -153,3 +154,60 @@ class Verdict:
             timings=timings, elapsed_s=data.get("elapsed_s", 0.0),
             diagnostics=tuple(data.get("diagnostics", ())),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Lesson:
+    """What earlier runs measured about one knob move, merged for the context asking.
+
+    ``effect`` is the child's time over its parent's when only ``knob`` changed from
+    ``from_value`` to ``to_value`` (below 1: the move made the kernel faster), with a 95%
+    CI; None when every child that made the move failed verification or its build.
+    ``similarity`` is how close the evidence's context is to the asking one (1: same
+    workload, device class and shape class); evidence from further away counts for less.
+    """
+
+    knob: str
+    from_value: str | int
+    to_value: str | int
+    effect: Estimate | None
+    pairs: int
+    failures: int
+    similarity: float
+    contexts: tuple[str, ...] = ()
+    runs: tuple[str, ...] = ()
+    candidates: tuple[tuple[str, str], ...] = ()  # (child, parent) ids behind the lesson
+
+    @property
+    def move(self) -> str:
+        return f"{self.knob}: {self.from_value} -> {self.to_value}"
+
+    @property
+    def outcome(self) -> str:
+        """helps / hurts / no effect (CI within 5% of 1) / unclear."""
+        if self.effect is None:
+            return "hurts" if self.failures else "unclear"
+        if self.effect.high < 1:
+            return "helps"
+        if self.effect.low > 1 or (self.failures and self.failures >= self.pairs):
+            return "hurts"
+        if self.effect.low >= 0.95 and self.effect.high <= 1.05:
+            return "no effect"
+        return "unclear"
+
+    def text(self) -> str:
+        """One line for an LLM agent's prompt."""
+        if self.effect is None:
+            measured = "never measured: every attempt failed"
+        else:
+            e = self.effect
+            measured = (f"time x{e.median:.2f} (95% CI {e.low:.2f}-{e.high:.2f}) "
+                        f"over {self.pairs} pair(s)")
+        failed = f", {self.failures} failed attempt(s)" if self.failures and self.effect else ""
+        return (f"{self.move}: {self.outcome}; {measured}{failed}; {len(self.runs)} run(s), "
+                f"similarity {self.similarity:.2f} ({'; '.join(self.contexts)})")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = self.outcome
+        return data

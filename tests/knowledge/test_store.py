@@ -49,8 +49,11 @@ def _rejected(candidate: Candidate) -> Verdict:
                    elapsed_s=0.5, diagnostics=("k.c:1: error: nope",))
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """Every store test runs on a SQLite file and on a real PostgreSQL database."""
+    if request.param == "postgresql":
+        return Store(request.getfixturevalue("postgres_url"))
     return Store(tmp_path / "x.db")
 
 
@@ -172,7 +175,8 @@ def test_a_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:
 
 
 def test_database_url_accepts_paths_and_urls(tmp_path: Path) -> None:
-    assert database_url("postgresql://u@h/db") == "postgresql://u@h/db"
+    assert database_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert database_url("postgresql+psycopg://u@h/db") == "postgresql+psycopg://u@h/db"
     nested = tmp_path / "a" / "b" / "s.db"
     assert database_url(nested) == f"sqlite:///{nested}"
     assert nested.parent.is_dir()  # created so SQLite can open the file

@@ -17,7 +17,7 @@ from swarmfab.agents.llm import LLMAgent, OpenAIProvider, Pricing, Spend
 from swarmfab.agents.llm.packer import Section, build_sections, pack
 from swarmfab.goal import Goal, default_goal
 from swarmfab.kernels import design_space
-from swarmfab.records import Candidate, CheckResult, Estimate, ShapeTiming, Verdict
+from swarmfab.records import Candidate, CheckResult, Estimate, Lesson, ShapeTiming, Verdict
 from swarmfab.records import Status as Verdicts
 
 MARK = "/* knobs chosen by swarmfab */\n"
@@ -187,14 +187,14 @@ def test_the_context_shows_evidence_failures_lessons_and_board(goal: Goal) -> No
     crash = Verdict("deadbeef", Verdicts.CRASHED, "run_cases: killed by SIGSEGV")
     sections = build_sections(
         context(goal, (crash,), champion=champion, champion_verdict=evidence,
-                lessons=("tile_v 64 wins on K=128",),
+                lessons=(Lesson("tile_v", 32, 64, Estimate(0.8, 0.75, 0.85), 3, 0, 1.0),),
                 board=("champion-changed: abc by builtin-tiling",)),
         "tiling", champion)
     text = pack(sections, 16_000).text
     row = "| B1 T64 H2 K16 V16 | 1.000 [0.900, 1.100] | torch-recurrent | 5.000 | 5.00x | 12.5% |"
     assert row in text
     assert "deadbeef: status: crashed; reason: run_cases: killed by SIGSEGV" in text
-    assert "tile_v 64 wins on K=128" in text
+    assert "tile_v: 32 -> 64: helps; time x0.80 (95% CI 0.75-0.85) over 3 pair(s)" in text
     assert "champion-changed: abc by builtin-tiling" in text
     assert f"the current champion {champion.id}" in text
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from swarmfab.goal import Goal
 from swarmfab.kernels import DesignSpace, KnobValue
-from swarmfab.records import Candidate, Verdict
+from swarmfab.records import Candidate, Lesson, Verdict
 
 __all__ = ["Agent", "Context"]
 
@@ -28,7 +28,7 @@ class Context:
     champion: Candidate | None
     evaluated: frozenset[str]  # judged in this run, or being evaluated now
     recent: tuple[Verdict, ...] = ()
-    lessons: tuple[str, ...] = ()
+    lessons: tuple[Lesson, ...] = ()  # from earlier runs, most useful first; .text() reads
     rng: random.Random = field(default_factory=random.Random)
     parents: tuple[Candidate, ...] = ()  # elites sampled from the agent's island
     champion_verdict: Verdict | None = None  # the evidence behind the champion

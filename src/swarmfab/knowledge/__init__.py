@@ -1,5 +1,6 @@
-"""Knowledge: the store of runs, candidates and verdicts (and, later, lessons)."""
+"""Knowledge: the store of runs, candidates and verdicts, and the lessons drawn from them."""
 
+from swarmfab.knowledge.lessons import LessonContext
 from swarmfab.knowledge.store import DEFAULT_DB, LATEST, Store, database_url
 
-__all__ = ["DEFAULT_DB", "LATEST", "Store", "database_url"]
+__all__ = ["DEFAULT_DB", "LATEST", "LessonContext", "Store", "database_url"]

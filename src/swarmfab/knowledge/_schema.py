@@ -1,4 +1,9 @@
-"""SQLAlchemy tables of the knowledge store."""
+"""SQLAlchemy tables of the knowledge store.
+
+These classes are what the code reads and writes; the DDL that creates and changes the
+tables lives in the Alembic revisions under ``migrations/versions`` (a test checks that
+the two agree).
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,13 @@ __all__ = [
     "CaseRow",
     "EventRow",
     "HostPeaksRow",
+    "LessonRow",
     "MetaRow",
     "RunRow",
     "VerdictRow",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # kept in swarmfab_meta by the migrations
 
 
 def _now() -> datetime:
@@ -107,4 +113,35 @@ class EventRow(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     kind: Mapped[str] = mapped_column(String(64))
     detail: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=_now)
+
+
+class LessonRow(Base):
+    """One run's evidence about one knob move (``from_value`` -> ``to_value``) in one context.
+
+    ``log_ratio`` is the inverse-variance mean of log(child time / parent time) over the
+    run's pairs that differ in this knob alone (None when every such child failed), with
+    its standard error ``log_se``; ``evidence`` lists the pairs and failures behind it.
+    """
+
+    __tablename__ = "lessons"
+    __table_args__ = (
+        Index("ix_lessons_run_move", "run_id", "shape_class", "knob", "from_value", "to_value",
+              unique=True),
+        Index("ix_lessons_family", "family"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    workload: Mapped[str] = mapped_column(String(128))
+    family: Mapped[str] = mapped_column(String(128))
+    device_class: Mapped[str] = mapped_column(String(128))
+    shape_class: Mapped[str] = mapped_column(String(64))
+    knob: Mapped[str] = mapped_column(String(128))
+    from_value: Mapped[str] = mapped_column(String(128))  # JSON of the knob value
+    to_value: Mapped[str] = mapped_column(String(128))
+    log_ratio: Mapped[float | None] = mapped_column(Float, default=None)
+    log_se: Mapped[float | None] = mapped_column(Float, default=None)
+    pairs: Mapped[int] = mapped_column(Integer)
+    failures: Mapped[int] = mapped_column(Integer)
+    evidence: Mapped[list] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=_now)

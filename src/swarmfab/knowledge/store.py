@@ -1,48 +1,68 @@
 """The knowledge store: every run, candidate and verdict, behind one repository object.
 
 SQLAlchemy 2 over SQLite by default (WAL journal, so readers never block the writer and
-several processes can share one file); any SQLAlchemy URL works. Every write commits
-immediately: a run killed at any moment loses nothing already recorded.
+several processes can share one file) or PostgreSQL (``postgresql://...``, through
+psycopg 3). Opening a store runs its schema migrations (``_migrate.py``). Every write
+commits immediately: a run killed at any moment loses nothing already recorded.
+
+Several runs may write to one store at once. Rows they can share (a candidate both
+proposed, a corpus case, host peaks) are written as upserts, so neither run fails on
+the other's row; a write that loses a serialization race or a deadlock (PostgreSQL) or
+finds SQLite locked for too long is retried from the start of its transaction.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import random
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, func, select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Engine, create_engine, delete, event, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from swarmfab.errors import StoreError
+from swarmfab.knowledge import _migrate, lessons
 from swarmfab.knowledge._schema import (
     SCHEMA_VERSION,
-    Base,
     CandidateRow,
     CaseRow,
     EventRow,
     HostPeaksRow,
+    LessonRow,
     MetaRow,
     RunRow,
     VerdictRow,
 )
 from swarmfab.measure.roofline import HostPeaks
-from swarmfab.records import Candidate, Status, Verdict
+from swarmfab.records import Candidate, Lesson, Status, Verdict
 from swarmfab.workloads import Case
 
 __all__ = ["DEFAULT_DB", "LATEST", "Store", "database_url"]
 
 DEFAULT_DB = Path(".swarmfab") / "swarmfab.db"
 LATEST = "latest"  # every command that takes a run id takes this too
+T = TypeVar("T")
+
+_DIALECTS = ("sqlite", "postgresql")
+_WRITE_ATTEMPTS = 6
+_RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock detected
 
 
 def database_url(path_or_url: str | Path) -> str:
-    """A SQLAlchemy URL from ``--db``: a URL as given, anything else as a SQLite path."""
+    """A SQLAlchemy URL from ``--db``: a URL as given (plain ``postgresql://`` goes through
+    psycopg 3), anything else as a SQLite path."""
     text = str(path_or_url)
+    for plain in ("postgresql://", "postgres://"):
+        if text.startswith(plain):
+            return "postgresql+psycopg://" + text.removeprefix(plain)
     if "://" in text:
         return text
     path = Path(text).expanduser()
@@ -60,20 +80,48 @@ def _sqlite_pragmas(engine: Engine) -> None:
         cursor.close()
 
 
+def _engine(url: str) -> Engine:
+    dialect = url.split("://", 1)[0].split("+", 1)[0]
+    if dialect not in _DIALECTS:
+        raise StoreError(f"--db {url}: a store is a SQLite path or a postgresql:// URL "
+                         f"(got the {dialect!r} dialect)")
+    if dialect == "postgresql":  # timestamps are written and read back in UTC
+        return create_engine(url, pool_pre_ping=True,
+                             connect_args={"options": "-c timezone=UTC"})
+    engine = create_engine(url)
+    _sqlite_pragmas(engine)
+    return engine
+
+
+def _retryable(exc: DBAPIError) -> bool:
+    """A conflict with a concurrent writer that goes away when the transaction is redone."""
+    if getattr(exc.orig, "sqlstate", None) in _RETRYABLE_SQLSTATES:
+        return True
+    return "database is locked" in str(exc.orig)
+
+
 class Store:
     """Repository over the knowledge database. Methods are safe to call from one thread."""
 
     def __init__(self, path_or_url: str | Path = DEFAULT_DB):
         self.url = database_url(path_or_url)
         try:
-            self.engine = create_engine(self.url)
-            if self.engine.dialect.name == "sqlite":
-                _sqlite_pragmas(self.engine)
-            Base.metadata.create_all(self.engine)
+            self.engine = _engine(self.url)
+            _migrate.upgrade(self.engine, self._shown_url)
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot open the store at {self.url}: {exc}") from exc
+            raise StoreError(f"cannot open the store at {self._shown_url}: {exc}") from exc
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._check_version()
+
+    @property
+    def _shown_url(self) -> str:
+        """The URL without its password, for messages."""
+        try:
+            from sqlalchemy.engine import make_url
+
+            return make_url(self.url).render_as_string(hide_password=True)
+        except SQLAlchemyError:
+            return self.url
 
     @contextlib.contextmanager
     def session(self) -> Iterator[Session]:
@@ -84,19 +132,50 @@ class Store:
             session.commit()
         except SQLAlchemyError as exc:
             session.rollback()
-            raise StoreError(f"store operation failed ({self.url}): {exc}") from exc
+            raise StoreError(f"store operation failed ({self._shown_url}): {exc}") from exc
         finally:
             session.close()
+
+    def _write(self, work: Callable[[Session], T]) -> T:
+        """Run ``work`` in one transaction, redone from the start when a concurrent writer
+        made it fail in a way that retrying fixes (serialization, deadlock, SQLite lock)."""
+        for attempt in range(_WRITE_ATTEMPTS):
+            session = self._sessions()
+            try:
+                result = work(session)
+                session.commit()
+                return result
+            except DBAPIError as exc:
+                session.rollback()
+                if not _retryable(exc) or attempt == _WRITE_ATTEMPTS - 1:
+                    raise StoreError(
+                        f"store operation failed ({self._shown_url}): {exc}") from exc
+                time.sleep(random.uniform(0.01, 0.05) * 2**attempt)
+            except SQLAlchemyError as exc:
+                session.rollback()
+                raise StoreError(f"store operation failed ({self._shown_url}): {exc}") from exc
+            finally:
+                session.close()
+        raise AssertionError("unreachable")
+
+    def _insert_new(self, session: Session, table: Any, keys: list[str],
+                    **values: Any) -> bool:
+        """INSERT unless a row with the same ``keys`` exists (another run may have written
+        it a moment ago); True when this call inserted it."""
+        dialect = postgresql if session.bind.dialect.name == "postgresql" else sqlite  # type: ignore[union-attr]
+        statement = dialect.insert(table).values(**values).on_conflict_do_nothing(
+            index_elements=keys).returning(table.c[keys[0]])
+        return session.execute(statement).first() is not None  # rowcount lies on psycopg
 
     def _check_version(self) -> None:
         with self.session() as s:
             row = s.get(MetaRow, "schema_version")
-            if row is None:
-                s.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
-            elif int(row.value) != SCHEMA_VERSION:
+            if row is None or int(row.value) != SCHEMA_VERSION:
+                found = "no" if row is None else row.value
                 raise StoreError(
-                    f"the store at {self.url} has schema version {row.value}, this swarmfab "
-                    f"expects {SCHEMA_VERSION}; use a new --db path or a matching swarmfab"
+                    f"the store at {self._shown_url} has schema version {found}, this "
+                    f"swarmfab expects {SCHEMA_VERSION}; use a new --db path or a matching "
+                    "swarmfab"
                 )
 
     # -- runs ----------------------------------------------------------------------
@@ -107,11 +186,43 @@ class Store:
         return run_id
 
     def finish_run(self, run_id: str, status: str, summary: dict[str, Any] | None) -> None:
-        with self.session() as s:
+        """Record how a run ended, and replace its lessons with what its evidence says now
+        (a resumed run that finishes again is summarised again, from all its verdicts)."""
+
+        def work(s: Session) -> None:
             run = s.get(RunRow, run_id)
             if run is None:
                 raise StoreError(f"no run {run_id!r}")
             run.status, run.summary, run.finished_at = status, summary, datetime.now(UTC)
+            s.execute(delete(LessonRow).where(LessonRow.run_id == run_id))
+            for evidence in lessons.extract(run_id, run.workload, run.host,
+                                            self._judged_in_order(s, run_id)):
+                s.add(LessonRow(**dataclasses.asdict(evidence)))
+
+        self._write(work)
+
+    @staticmethod
+    def _judged_in_order(s: Session, run_id: str) -> list[tuple[Candidate, Verdict, bool]]:
+        rows = list(s.execute(
+            select(VerdictRow, CandidateRow).join(CandidateRow).where(
+                VerdictRow.run_id == run_id).order_by(VerdictRow.id)))
+        return [(_candidate_of(candidate.body), Verdict.from_dict(verdict.body),
+                 verdict.became_champion) for verdict, candidate in rows]
+
+    def lesson_evidence(self, family: str | None = None) -> list[lessons.Evidence]:
+        """Every run's stored lesson rows, of one workload family or of all."""
+        with self.session() as s:
+            query = select(LessonRow).order_by(LessonRow.id)
+            if family is not None:
+                query = query.where(LessonRow.family == family)
+            return [lessons.Evidence(
+                row.run_id, row.workload, row.family, row.device_class, row.shape_class,
+                row.knob, row.from_value, row.to_value, row.log_ratio, row.log_se, row.pairs,
+                row.failures, list(row.evidence)) for row in s.scalars(query)]
+
+    def lessons_for(self, context: lessons.LessonContext) -> list[Lesson]:
+        """The lessons earlier runs left for a run in ``context``, most useful first."""
+        return lessons.merge(self.lesson_evidence(context.family), context)
 
     @staticmethod
     def _judged(s: Session, run_id: str, candidate_id: str, action: str
@@ -186,27 +297,26 @@ class Store:
         """Store a candidate (once) and its verdict in this run, in one transaction."""
         speedups = [t.ratio.inverted().median for t in verdict.timings]
         speedup = min(speedups) if speedups else None
-        with self.session() as s:
-            if s.get(CandidateRow, candidate.id) is None:
-                s.add(CandidateRow(
-                    id=candidate.id, workload=candidate.workload, backend=candidate.backend,
-                    body=candidate.to_dict(), agent=candidate.agent,
-                ))
+
+        def work(s: Session) -> None:
+            # another run may record the same candidate at the same moment: first one wins
+            self._insert_new(s, CandidateRow.__table__, ["id"], id=candidate.id,
+                             workload=candidate.workload, backend=candidate.backend,
+                             body=candidate.to_dict(), agent=candidate.agent)
             s.add(VerdictRow(
                 run_id=run_id, candidate_id=candidate.id, agent=candidate.agent,
                 status=verdict.status.value, reason=verdict.reason, speedup=speedup,
                 body=verdict.to_dict(),
             ))
 
+        self._write(work)
+
     def candidate(self, candidate_id: str) -> Candidate:
         with self.session() as s:
             row = s.get(CandidateRow, candidate_id)
             if row is None:
                 raise StoreError(f"no candidate {candidate_id!r}")
-            body = dict(row.body)
-        body.pop("id", None)
-        body["flags"], body["parents"] = tuple(body["flags"]), tuple(body["parents"])
-        return Candidate(**body)
+            return _candidate_of(row.body)
 
     def verdicts(self, run_id: str) -> list[tuple[VerdictRow, Verdict]]:
         with self.session() as s:
@@ -243,21 +353,26 @@ class Store:
                     for row in s.scalars(select(HostPeaksRow))]
 
     def save_host_peaks(self, peaks: HostPeaks) -> None:
-        with self.session() as s:
-            s.merge(HostPeaksRow(fingerprint=peaks.fingerprint, flops_per_s=peaks.flops_per_s,
-                                 bytes_per_s=peaks.bytes_per_s))
+        """Insert or replace a fingerprint's peaks (an upsert: runs may save at once)."""
+
+        def work(s: Session) -> None:
+            dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+            insert = dialect.insert(HostPeaksRow.__table__).values(
+                fingerprint=peaks.fingerprint, flops_per_s=peaks.flops_per_s,
+                bytes_per_s=peaks.bytes_per_s, measured_at=datetime.now(UTC))
+            s.execute(insert.on_conflict_do_update(index_elements=["fingerprint"], set_={
+                "flops_per_s": insert.excluded.flops_per_s,
+                "bytes_per_s": insert.excluded.bytes_per_s,
+                "measured_at": insert.excluded.measured_at}))
+
+        self._write(work)
 
     # -- the validation corpus -----------------------------------------------------
     def add_case(self, workload: str, case: Case, run_id: str | None = None) -> bool:
         """Add a case to a workload's corpus; False if one of that name is already there."""
-        with self.session() as s:
-            exists = s.scalar(select(CaseRow.id).where(
-                CaseRow.workload == workload, CaseRow.name == case.name))
-            if exists is not None:
-                return False
-            s.add(CaseRow(workload=workload, name=case.name, origin=case.origin,
-                          body=case.to_dict(), run_id=run_id))
-            return True
+        return self._write(lambda s: self._insert_new(
+            s, CaseRow.__table__, ["workload", "name"], workload=workload, name=case.name,
+            origin=case.origin, body=case.to_dict(), run_id=run_id))
 
     def case_history(self, workload: str) -> list[tuple[str, str, datetime, str | None]]:
         """(name, origin, added at, run that found it) of a workload's stored cases, oldest
@@ -276,3 +391,10 @@ class Store:
             return [Case.from_dict(row.body) for row in rows]
         except (KeyError, TypeError) as exc:
             raise StoreError(f"a stored case of {workload} is malformed: {exc}") from exc
+
+
+def _candidate_of(stored: dict[str, Any]) -> Candidate:
+    body = dict(stored)
+    body.pop("id", None)
+    body["flags"], body["parents"] = tuple(body["flags"]), tuple(body["parents"])
+    return Candidate(**body)

@@ -32,7 +32,7 @@ from swarmfab.goal import Goal
 from swarmfab.kernels import DesignSpace
 from swarmfab.knowledge import Store
 from swarmfab.measure import CONFIRMATION, TimingPolicy
-from swarmfab.records import Candidate, Status, Verdict
+from swarmfab.records import Candidate, Lesson, Status, Verdict
 from swarmfab.swarm.archive import Archive, knob_descriptor
 from swarmfab.swarm.blackboard import Blackboard
 from swarmfab.swarm.executors import Evaluation, Executor, ExecutorFactory, LocalExecutor
@@ -93,6 +93,7 @@ class Run:
         fallback: Agent | None = None, observer: Callable[[RunStatus], None] | None = None,
         executor: ExecutorFactory | None = None,
         reviewer: Reviewer | None = None,
+        lessons: Sequence[Lesson] = (),
     ):
         self.goal, self.store, self.evaluator, self.space = goal, store, evaluator, space
         self.agents, self.workdir, self._log = list(agents), workdir, log
@@ -102,6 +103,7 @@ class Run:
         self.executor_factory: ExecutorFactory = executor or LocalExecutor
         self.executor: Executor | None = None  # during and after the search
         self.reviewer = reviewer  # reads LLM-authored champions' diffs; advisory only
+        self.lessons = tuple(lessons)  # from earlier runs, for the agents' contexts
         self.tracker = StatusTracker(goal.budget_s)
         self.rng = random.Random(goal.seed)
         self.champion: Candidate | None = None
@@ -382,7 +384,7 @@ class Run:
         board = tuple(f"{e.kind}: {e.detail}" for e in self.blackboard.events()
                       if e.kind in BOARD_KINDS)[-BOARD_SIZE:]
         return Context(self.goal, self.space, self.champion, evaluated,
-                       tuple(self.recent[-20:]), (), self.rng, parents,
+                       tuple(self.recent[-20:]), self.lessons, self.rng, parents,
                        self.champion_verdict, board, self.blackboard.claimed())
 
     def _island(self, agent: Agent) -> int:

@@ -160,6 +160,8 @@ class Workload(ABC):
     """
 
     name: str
+    # workloads whose lessons transfer to each other (same math, same knobs); "" = the name
+    family: str = ""
     description: str = ""
     c_symbol: str = ""
     default_shapes: tuple[AnyShape, ...] = ()

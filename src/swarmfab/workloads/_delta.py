@@ -51,6 +51,7 @@ def _pointer(tensor: torch.Tensor | None) -> int | None:
 class GatedDeltaRule(Workload):
     """Shared implementation of KDA and GDN; subclasses set names and the gate layout."""
 
+    family = "delta-rule"
     output_names = ("o", "final_state")
     opt_in_baselines = frozenset({"torch-compile"})  # compiles for ~10 s per shape and job
     compiling_baselines = frozenset({"torch-compile"})

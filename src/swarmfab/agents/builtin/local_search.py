@@ -5,6 +5,10 @@ cell drawn from its island of the archive) it tries the one-step neighbours of t
 it owns, in random order; once its neighbourhood is exhausted it makes a larger move (two or more of
 its knobs at once). When another domain's change becomes champion, the neighbourhood is
 recomputed around the new champion: re-basing is automatic.
+
+Lessons of earlier runs act as priors: moves they say help come first (an agent passes
+its turn while another domain has such a move untried), moves they say hurt (or change
+nothing) only once everything else around the base has been tried.
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ class LocalSearchAgent(Agent):
         elite = context.parents[0] if context.parents else None
         if elite is not None and elite.knobs and context.rng.random() < ELITE_SHARE:
             base, parent = dict(elite.knobs), (elite.id,)  # explore from another cell
+        if self._yields_to_a_helpful_move(base, context):
+            return []  # the run loop asks the next agent
         proposals: list[Candidate] = []
         seen = set(context.evaluated)
-        for setting, why in self._moves(base, context):
+        for setting, why in self._by_lessons(base, self._moves(base, context), context):
             candidate = context.space.instantiate(
                 setting, threads=context.goal.threads, parents=parent, agent=self.id,
                 rationale=why,
@@ -66,6 +72,55 @@ class LocalSearchAgent(Agent):
             yield setting, "joint move in " + self.role + ": " + ", ".join(
                 f"{name} -> {setting[name]}" for name in changed
             )
+
+
+    def _yields_to_a_helpful_move(self, base: dict[str, KnobValue], context: Context) -> bool:
+        """Lessons say another domain has an untried move from ``base`` that helps, and
+        none of ours does: pass this turn so that move is tried first. (Once no helpful
+        move is left untried, every agent proposes as usual.)"""
+        mine = {knob.name for knob in self.knobs}
+        untried_helpful = [
+            lesson for lesson in context.lessons
+            if lesson.outcome == "helps" and base.get(lesson.knob) == lesson.from_value
+            and lesson.to_value in context.space.knob(lesson.knob).values
+            and context.space.instantiate({**base, lesson.knob: lesson.to_value},
+                                          threads=context.goal.threads).id
+            not in context.evaluated
+        ]
+        if not untried_helpful or any(lesson.knob in mine for lesson in untried_helpful):
+            return False
+        start = context.space.instantiate(base, threads=context.goal.threads)
+        return start.id in context.evaluated  # the base itself always comes first
+
+    @staticmethod
+    def _by_lessons(
+        base: dict[str, KnobValue], moves: Iterator[tuple[dict[str, KnobValue], str]],
+        context: Context,
+    ) -> Iterator[tuple[dict[str, KnobValue], str]]:
+        """The moves reordered by the lessons that match them exactly (knob, from, to):
+        helpful ones first (most helpful first), unknown ones in their own order, then
+        those with no effect, and those that hurt last. Without lessons: unchanged."""
+        if not context.lessons:
+            yield from moves
+            return
+        known = {(lesson.knob, lesson.from_value, lesson.to_value): lesson
+                 for lesson in context.lessons}
+        rank = {"helps": 0, "unclear": 1, "no effect": 2, "hurts": 3}
+
+        def prior(move: tuple[dict[str, KnobValue], str]) -> tuple[int, float]:
+            setting = move[0]
+            changed = [name for name in setting if setting[name] != base.get(name)]
+            lessons = [known.get((name, base[name], setting[name])) for name in changed]
+            if not changed:
+                return -1, 0.0  # the base itself
+            if any(lesson is not None and lesson.outcome == "hurts" for lesson in lessons):
+                return rank["hurts"], 0.0
+            lesson = lessons[0] if len(lessons) == 1 else None
+            if lesson is None:
+                return rank["unclear"], 0.0
+            return rank[lesson.outcome], lesson.effect.median if lesson.effect else 1.0
+
+        yield from sorted(moves, key=prior)  # stable: ties keep their shuffled order
 
 
 def domain_agents(knobs: tuple[Knob, ...]) -> list[LocalSearchAgent]:
