@@ -30,6 +30,7 @@ GOAL = """
 workload = "kda"
 budget = "{budget}"
 threads = 1
+workers = 1  # one evaluation at a time: which candidate is crowned first is then fixed
 max_evaluations = {evaluations}
 shapes = [{{B = 1, T = 64, H = 2, K = 16, V = 16}}]
 
