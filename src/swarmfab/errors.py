@@ -9,7 +9,8 @@ SwarmfabError                 anything swarmfab reports to the user as a clear m
 ├── SandboxError              the sandbox itself could not run a job (not the candidate's fault)
 ├── MeasurementError          a trusted implementation (baseline, champion) failed to be timed
 ├── StoreError                the knowledge store cannot be opened, read or written
-└── ClusterError              the Ray cluster cannot be reached, or lost every evaluator
+├── ClusterError              the Ray cluster cannot be reached, or lost every evaluator
+└── EngineError               a model cannot be served (checkpoint, config, engine options)
 ```
 
 A candidate that misbehaves (crashes, hangs, gives wrong answers) is not an error: it is
@@ -25,6 +26,7 @@ __all__ = [
     "BuildError",
     "CandidateError",
     "ClusterError",
+    "EngineError",
     "Diagnostic",
     "GoalError",
     "MeasurementError",
@@ -87,3 +89,7 @@ class StoreError(SwarmfabError):
 
 class ClusterError(SwarmfabError):
     """The Ray cluster cannot be reached, or every evaluator on it was lost."""
+
+
+class EngineError(SwarmfabError):
+    """A checkpoint or engine setting cannot be served (missing file, unknown layer type...)."""
