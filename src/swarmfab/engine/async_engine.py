@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -99,6 +100,7 @@ class AsyncEngine:
                 self._deliver(output.request_id, output)
                 if output.finished:
                     self._live.pop(output.request_id, None)
+            time.sleep(0)  # let the event loop stream this step before the next one
 
     def _deliver(self, request_id: str, item: RequestOutput | BaseException) -> None:
         listener = self._listeners.get(request_id)

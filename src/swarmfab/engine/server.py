@@ -113,7 +113,8 @@ def create_app(engine: AsyncEngine, model_name: str, api_key: str | None = None)
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{
             "id": model_name, "object": "model", "created": int(time.time()),
-            "owned_by": "swarmfab", "max_model_len": capacity}]}
+            "owned_by": "swarmfab", "max_model_len": capacity,
+            "vocab_size": engine.engine.model.config.vocab_size}]}
 
     def _prompt_ids(prompt: str | list[int] | list[str]) -> list[int]:
         if isinstance(prompt, str):

@@ -73,3 +73,11 @@ def make_tiny_checkpoint(directory: Path, seed: int = 0) -> Path:
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096,
     }, indent=2))
     return directory
+
+
+if __name__ == "__main__":  # python -m swarmfab.engine.tiny DIR
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m swarmfab.engine.tiny DIR")
+    print(make_tiny_checkpoint(Path(sys.argv[1])))
