@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-swarm clean
+.PHONY: demo test lint typecheck bench bench-swarm bench-engine clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ bench: $(STAMP)
 # evaluations per minute with 1 and 2 workers, and the platform's own overhead
 bench-swarm: $(STAMP)
 	$(BIN)/python scripts/bench_swarm.py
+
+# the inference engine vs transformers' generate on the tiny Kimi Linear, concurrency 1/8/32
+bench-engine: $(STAMP)
+	$(BIN)/python scripts/bench_engine.py
 
 clean:
 	rm -rf $(VENV) .swarmfab out .pytest_cache .mypy_cache .ruff_cache

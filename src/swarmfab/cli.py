@@ -432,8 +432,9 @@ def dashboard(
 @app.command()
 @friendly
 def serve(
-    model_dir: Annotated[Path, typer.Argument(help="A Kimi Linear checkpoint directory "
-                                                   "(config.json, *.safetensors, tokenizer.json).")],
+    model_dir: Annotated[Path, typer.Argument(
+        help="A Kimi Linear checkpoint directory (config.json, *.safetensors, "
+             "tokenizer.json).")],
     host: Annotated[str, typer.Option(help="Address to bind; 127.0.0.1 unless you mean to "
                                            "serve other machines.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,

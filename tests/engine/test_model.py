@@ -50,7 +50,7 @@ def test_the_tiny_config_is_read_from_moonshot_field_names(tiny_model: Path) -> 
 
 
 def test_a_directory_without_a_checkpoint_is_refused_clearly(tmp_path: Path) -> None:
-    with pytest.raises(EngineError, match="no config.json"):
+    with pytest.raises(EngineError, match=r"no config\.json"):
         HybridModel.from_pretrained(tmp_path)
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     with pytest.raises(EngineError, match="kimi_linear"):

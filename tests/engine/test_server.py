@@ -49,7 +49,7 @@ def client(server: str) -> openai.OpenAI:
 
 def _metric(server: str, name: str) -> float:
     text = httpx.get(f"{server}/metrics", headers={"Authorization": f"Bearer {API_KEY}"}).text
-    line = next(l for l in text.splitlines() if l.startswith(f"swarmfab:{name} "))
+    line = next(row for row in text.splitlines() if row.startswith(f"swarmfab:{name} "))
     return float(line.split()[1])
 
 

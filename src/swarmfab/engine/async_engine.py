@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from swarmfab.engine.engine import LLMEngine
@@ -49,7 +49,7 @@ class AsyncEngine:
         self._thread.join(timeout=10)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams,
-                       request_id: str | None = None) -> AsyncIterator[RequestOutput]:
+                       request_id: str | None = None) -> AsyncGenerator[RequestOutput, None]:
         """Outputs of one request as they come; raises EngineError before queueing if
         the request cannot be served. Closing the iterator early aborts the request."""
         request = self.engine.make_request(prompt_ids, params, request_id)
@@ -88,9 +88,8 @@ class AsyncEngine:
                 self._live[request.id] = request
                 self.engine.add(request)
             for request_id in aborts:
-                request = self._live.pop(request_id, None)
-                if request is not None:
-                    self.engine.abort(request)
+                if request_id in self._live:
+                    self.engine.abort(self._live.pop(request_id))
             try:
                 outputs = self.engine.step()
             except Exception as exc:  # the engine is broken: tell every waiting client

@@ -68,9 +68,9 @@ class CompletionRequest(_Sampling):
 
     @model_validator(mode="after")
     def _one_prompt(self) -> CompletionRequest:
-        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
-            if len(self.prompt) != 1:
-                raise ValueError("give one prompt per request (a string or token ids)")
+        texts = isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str)
+        if texts and len(self.prompt) != 1:
+            raise ValueError("give one prompt per request (a string or token ids)")
         if self.echo:
             raise ValueError("echo is not supported")
         return self

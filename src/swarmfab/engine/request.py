@@ -138,9 +138,9 @@ class Request:
         done = len(self.output_ids)
         stopping_allowed = done >= self.params.min_tokens
         cut = False
-        if stopping_allowed and token in self.params.stop_token_ids:
-            self.finish_reason = FinishReason.STOP
-        elif stopping_allowed and not self.params.ignore_eos and token in self.eos_ids:
+        stop_token = token in self.params.stop_token_ids or (
+            not self.params.ignore_eos and token in self.eos_ids)
+        if stopping_allowed and stop_token:
             self.finish_reason = FinishReason.STOP
         elif self.detokenizer is not None:
             self.detokenizer.add(token)

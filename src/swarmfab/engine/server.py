@@ -13,7 +13,7 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -81,7 +81,7 @@ def create_app(engine: AsyncEngine, model_name: str, api_key: str | None = None)
 
     app = FastAPI(title="swarmfab engine", lifespan=lifespan)
     registry = CollectorRegistry()
-    registry.register(_EngineCollector(engine))  # type: ignore[arg-type]
+    registry.register(_EngineCollector(engine))
     tokenizer = engine.engine.tokenizer
     capacity = engine.engine.scheduler.capacity_tokens
 
@@ -173,7 +173,7 @@ def create_app(engine: AsyncEngine, model_name: str, api_key: str | None = None)
 
 
 async def _collect_unless_gone(request: Request, first: RequestOutput,
-                               outputs: AsyncIterator[RequestOutput]
+                               outputs: AsyncGenerator[RequestOutput, None]
                                ) -> list[RequestOutput] | None:
     """Every output; None (and the request aborted) if the client disconnects first."""
     async def consume() -> list[RequestOutput]:
@@ -234,7 +234,7 @@ class _Shape:
             choice["text"] = text or ""
         return self._object([choice], chunk=True)
 
-    async def events(self, first: RequestOutput, rest: AsyncIterator[RequestOutput],
+    async def events(self, first: RequestOutput, rest: AsyncGenerator[RequestOutput, None],
                      include_usage: bool) -> AsyncIterator[str]:
         """SSE lines; a client that goes away cancels this and so aborts the request."""
         if self.chat:

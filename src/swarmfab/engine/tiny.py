@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 from swarmfab.errors import EngineError
 
 __all__ = ["TINY_CONFIG", "make_tiny_checkpoint"]
 
-TINY_CONFIG: dict[str, object] = {
+TINY_CONFIG: dict[str, Any] = {
     "vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
     "moe_intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
     "num_key_value_heads": 4, "kv_lora_rank": 32, "qk_rope_head_dim": 0,
@@ -38,7 +39,7 @@ def _corpus(seed: int) -> list[str]:
     return [" ".join(rng.choice(words) for _ in range(12)) for _ in range(2000)]
 
 
-def _tokenizer(vocab_size: int, seed: int) -> object:
+def _tokenizer(vocab_size: int, seed: int) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -66,8 +67,8 @@ def make_tiny_checkpoint(directory: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = KimiLinearForCausalLM(KimiLinearConfig(**TINY_CONFIG)).eval()
     model.save_pretrained(str(directory))
-    tokenizer = _tokenizer(int(TINY_CONFIG["vocab_size"]), seed)  # type: ignore[call-overload]
-    tokenizer.save(str(directory / "tokenizer.json"))  # type: ignore[attr-defined]
+    tokenizer = _tokenizer(int(TINY_CONFIG["vocab_size"]), seed)
+    tokenizer.save(str(directory / "tokenizer.json"))
     (directory / "tokenizer_config.json").write_text(json.dumps({
         "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>",
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096,
