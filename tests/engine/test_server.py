@@ -3,43 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
-import uvicorn
-
-from swarmfab.engine.async_engine import AsyncEngine
-from swarmfab.engine.engine import EngineConfig, LLMEngine
-from swarmfab.engine.server import create_app
 
 API_KEY = "test-key-123"
-
-
-@pytest.fixture(scope="module")
-def server(tiny_model: Path) -> Iterator[str]:
-    engine = LLMEngine.from_pretrained(tiny_model, EngineConfig(
-        max_num_seqs=4, num_kv_blocks=32, block_size=16, max_num_batched_tokens=64))
-    app = create_app(AsyncEngine(engine), "tiny", api_key=API_KEY)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    served = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=served.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not served.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    served.should_exit = True
-    thread.join(timeout=10)
 
 
 @pytest.fixture

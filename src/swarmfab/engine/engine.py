@@ -64,7 +64,8 @@ class EngineStats:
 
     def tokens_per_second(self) -> float:
         now = time.monotonic()
-        return sum(c for t, c in self.recent if t >= now - self.window_s) / self.window_s
+        recent = list(self.recent)  # a snapshot: the engine thread appends meanwhile
+        return sum(c for t, c in recent if t >= now - self.window_s) / self.window_s
 
 
 class LLMEngine:
@@ -137,11 +138,11 @@ class LLMEngine:
         batch, sampled = self._batch(scheduled)
         logits = self.model.forward(batch, self.states, self.kv)
         for request, count in zip(scheduled.requests, scheduled.num_new_tokens, strict=True):
+            prompt = len(request.prompt_ids)
+            self.stats.prompt_tokens += max(0, min(request.num_computed + count, prompt)
+                                            - request.num_computed)
             request.num_computed += count
         self.stats.steps += 1
-        self.stats.prompt_tokens += sum(
-            n for r, n in zip(scheduled.requests, scheduled.num_new_tokens, strict=True)
-            if r.num_computed <= len(r.prompt_ids) or n > 1)
         tokens = sample(logits, sampled)
         self.stats.record_tokens(len(tokens))
         outputs = []
