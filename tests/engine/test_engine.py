@@ -63,12 +63,19 @@ def test_a_factory_c_kernel_in_the_kda_slots_gives_the_same_tokens(
     backend = CBackend()
     kernel = backend.load(backend.build(candidate, tmp_path), get_workload("kda"),
                           fill_outputs=False)
-    slots = KernelSlots().with_kda(kernel, label=f"c:{candidate.id[:12]}")
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0].shape[1])  # T: 1 for decode steps, the chunk for prefill
+        return kernel(*args, **kwargs)
+
+    slots = KernelSlots().with_kda(counted, label=f"c:{candidate.id[:12]}")
     champion = HybridModel(model.config, model.weights, slots)
     prompts = _prompts((19, 4, 50), seed=5)
     assert _engine(champion, max_num_batched_tokens=20).generate(prompts, GREEDY) == \
         _engine(model, max_num_batched_tokens=20).generate(prompts, GREEDY)
     assert champion.slots.labels["kda_decode"].startswith("c:")
+    assert 1 in calls and max(calls) > 1, "both KDA slots must have run the C kernel"
 
 
 def test_a_burst_never_exceeds_the_cache_budget_and_preempted_work_is_recomputed(

@@ -194,8 +194,7 @@ class HybridModel:
         kv = F.linear(latents[..., :c.kv_lora_rank], w.kv_b)
         kv = kv.view(batch, length, c.attention_heads, c.qk_nope_head_dim + c.v_head_dim)
         k_nope, values = kv.split([c.qk_nope_head_dim, c.v_head_dim], dim=-1)
-        shared = latents[..., c.kv_lora_rank:, ][:, :, None].expand(
-            -1, -1, c.attention_heads, -1)
+        shared = latents[:, :, None, c.kv_lora_rank:].expand(-1, -1, c.attention_heads, -1)
         keys = torch.cat([k_nope, shared], dim=-1)
         return keys.transpose(1, 2), values.transpose(1, 2)
 
