@@ -96,3 +96,16 @@ def test_a_disconnecting_client_frees_its_slot(server: str, client: openai.OpenA
         time.sleep(0.05)
     assert _metric(server, "request_aborted_total") == aborted_before + 1
     assert _metric(server, "kv_cache_usage_perc") == 0.0
+
+
+def test_a_client_that_gives_up_on_a_whole_response_frees_its_slot(server: str) -> None:
+    aborted_before = _metric(server, "request_aborted_total")
+    body = {"prompt": "kane", "max_tokens": 480, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server}/v1/completions", json=body, timeout=httpx.Timeout(5, read=0.3),
+                   headers={"Authorization": f"Bearer {API_KEY}"})
+    deadline = time.monotonic() + 10
+    while _metric(server, "request_aborted_total") != aborted_before + 1:
+        assert time.monotonic() < deadline, "the abandoned request was not aborted"
+        time.sleep(0.05)
+    assert _metric(server, "num_requests_running") == 0

@@ -13,7 +13,7 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from swarmfab.engine.async_engine import AsyncEngine
 from swarmfab.engine.engine import EngineConfig, LLMEngine
@@ -70,6 +71,25 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> JS
     return JSONResponse(error_body(message, kind, code=status), status_code=status)
 
 
+class _BearerAuth:
+    """Plain ASGI middleware (not BaseHTTPMiddleware, which hides client disconnects
+    from the endpoints): every path but /health needs ``Authorization: Bearer KEY``."""
+
+    def __init__(self, app: ASGIApp, api_key: str):
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] != "/health":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not secrets.compare_digest(given, self.expected):
+                refusal = _error(401, "missing or wrong API key: send 'Authorization: "
+                                      "Bearer KEY'", "authentication_error")
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(engine: AsyncEngine, model_name: str, api_key: str | None = None) -> FastAPI:
     """The FastAPI app around a (not yet started) :class:`AsyncEngine`."""
 
@@ -85,15 +105,8 @@ def create_app(engine: AsyncEngine, model_name: str, api_key: str | None = None)
     tokenizer = engine.engine.tokenizer
     capacity = engine.engine.scheduler.capacity_tokens
 
-    @app.middleware("http")
-    async def require_key(request: Request,
-                          call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        if api_key and request.url.path != "/health":
-            given = request.headers.get("authorization", "")
-            if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                return _error(401, "missing or wrong API key: send 'Authorization: Bearer "
-                                   "KEY'", "authentication_error")
-        return await call_next(request)
+    if api_key:
+        app.add_middleware(_BearerAuth, api_key=api_key)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
