@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -19,17 +20,17 @@ from swarmfab.engine.tiny import make_tiny_checkpoint
 
 API_KEY = "test-key-123"
 
-pytest.importorskip("transformers", minversion="5.19")
 
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("transformers", minversion="5.19")
     logging.getLogger("transformers").setLevel(logging.ERROR)
     return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-kimi-linear"))
 
 
 @pytest.fixture(scope="session")
-def hf_model(tiny_model: Path):  # type: ignore[no-untyped-def]
+def hf_model(tiny_model: Path) -> Any:
     """The same checkpoint loaded by transformers, the reference for logits and tokens."""
     from transformers import KimiLinearForCausalLM
 

@@ -1,6 +1,6 @@
 """A tiny random-weight Kimi Linear checkpoint, made offline (tests, benchmarks, demos).
 
-The weights come from ``transformers``' ``KimiLinearForCausalLM.from_config`` with a fixed
+The weights come from ``transformers``' ``AutoModelForCausalLM.from_config`` with a fixed
 seed, written by ``save_pretrained`` (Moonshot's tensor names). The tokenizer is a
 byte-level BPE (``tokenizers``) trained here on a generated word list to exactly the
 model's vocabulary of 512: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2 (end of sequence), the 256
@@ -59,13 +59,13 @@ def make_tiny_checkpoint(directory: Path, seed: int = 0) -> Path:
     """Write config.json, model.safetensors, tokenizer.json and tokenizer_config.json."""
     try:
         import torch
-        from transformers import KimiLinearConfig, KimiLinearForCausalLM
+        from transformers import AutoModelForCausalLM, KimiLinearConfig
     except ImportError as exc:
         raise EngineError("making the tiny checkpoint needs transformers>=5.19: "
                           "pip install 'swarmfab[engine]'") from exc
     directory.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    model = KimiLinearForCausalLM(KimiLinearConfig(**TINY_CONFIG)).eval()
+    model = AutoModelForCausalLM.from_config(KimiLinearConfig(**TINY_CONFIG)).eval()
     model.save_pretrained(str(directory))
     tokenizer = _tokenizer(int(TINY_CONFIG["vocab_size"]), seed)
     tokenizer.save(str(directory / "tokenizer.json"))
