@@ -144,3 +144,15 @@ def test_stop_conditions(model: HybridModel, tiny_model: Path) -> None:
     assert stopped.text == text[:text.find(stop_at)]
     assert eos.finish_reason is FinishReason.STOP
     assert eos.output_ids == free.output_ids[:free.output_ids.index(free.output_ids[4]) + 1]
+
+
+def test_a_checkpoint_without_a_tokenizer_serves_token_ids(tiny_model: Path,
+                                                           tmp_path: Path) -> None:
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / name).write_bytes((tiny_model / name).read_bytes())
+    engine = LLMEngine.from_pretrained(tmp_path)
+    assert engine.tokenizer is None
+    request = engine.add_request([5, 6, 7], GREEDY)
+    while engine.has_work():
+        engine.step()
+    assert len(request.output_ids) == GREEDY.max_tokens and request.text == ""

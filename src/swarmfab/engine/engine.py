@@ -88,7 +88,9 @@ class LLMEngine:
     @classmethod
     def from_pretrained(cls, model_dir: Path, config: EngineConfig | None = None,
                         slots: KernelSlots | None = None) -> LLMEngine:
-        return cls(HybridModel.from_pretrained(model_dir, slots), Tokenizer(model_dir), config)
+        """Without ``tokenizer.json`` the engine still serves prompts given as token ids."""
+        tokenizer = Tokenizer(model_dir) if (model_dir / "tokenizer.json").exists() else None
+        return cls(HybridModel.from_pretrained(model_dir, slots), tokenizer, config)
 
     # -- requests ----------------------------------------------------------------------
     def make_request(self, prompt_ids: list[int], params: SamplingParams,
