@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-swarm bench-transfer clean
+.PHONY: demo test lint typecheck bench bench-swarm bench-transfer bench-engine clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ bench-swarm: $(STAMP)
 # do lessons from an earlier run cut the evaluations a related run needs? (several minutes)
 bench-transfer: $(STAMP)
 	$(BIN)/python scripts/bench_transfer.py --seeds 3 --evaluations 16
+
+# the inference engine vs transformers' generate on the tiny Kimi Linear, concurrency 1/8/32
+bench-engine: $(STAMP)
+	$(BIN)/python scripts/bench_engine.py
 
 clean:
 	rm -rf $(VENV) .swarmfab out .pytest_cache .mypy_cache .ruff_cache

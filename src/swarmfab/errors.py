@@ -10,8 +10,9 @@ SwarmfabError                 anything swarmfab reports to the user as a clear m
 ├── MeasurementError          a trusted implementation (baseline, champion) failed to be timed
 ├── StoreError                the knowledge store cannot be opened, read or written
 ├── ClusterError              the Ray cluster cannot be reached, or lost every evaluator
-└── ProviderError             an LLM provider call failed (network, rate limit, timeout,
-                              malformed reply); LLM agents record it and go on
+├── ProviderError             an LLM provider call failed (network, rate limit, timeout,
+│                             malformed reply); LLM agents record it and go on
+└── EngineError               a model cannot be served (checkpoint, config, engine options)
 ```
 
 A candidate that misbehaves (crashes, hangs, gives wrong answers) is not an error: it is
@@ -28,6 +29,7 @@ __all__ = [
     "CandidateError",
     "ClusterError",
     "Diagnostic",
+    "EngineError",
     "GoalError",
     "MeasurementError",
     "ProviderError",
@@ -98,3 +100,7 @@ class ProviderError(SwarmfabError):
     def __init__(self, message: str, kind: str = "error"):
         super().__init__(message)
         self.kind = kind
+
+
+class EngineError(SwarmfabError):
+    """A checkpoint or engine setting cannot be served (missing file, unknown layer type...)."""

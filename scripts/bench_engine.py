@@ -1,0 +1,227 @@
+"""The engine against Hugging Face ``generate`` on the same checkpoint (``make bench-engine``).
+
+Same requests for every system: random token-id prompts of ``--input-len`` tokens,
+exactly ``--output-len`` greedy output tokens each (EOS ignored), ``2 x concurrency``
+requests (at least 4), closed loop with ``concurrency`` in flight.
+
+- engine: swarmfab's engine in this process (continuous batching), timed as tokens
+  arrive through its async interface;
+- engine-http: ``swarmfab serve`` in a child process, loaded by ``swarmfab loadgen``'s
+  client over HTTP with SSE streaming (the client shares the machine's cores);
+- hf-generate: ``KimiLinearForCausalLM.generate`` with static batches of
+  ``concurrency`` requests; per-token times from a streamer, so TTFT and TPOT are
+  measured the same way (a request's clock starts when its batch starts).
+
+Each system runs ``--repeats`` times per concurrency; the table shows medians over the
+repeats (output tokens/s with the min-max range), metrics defined as vLLM's bench serve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from swarmfab.engine.async_engine import AsyncEngine
+from swarmfab.engine.engine import EngineConfig, LLMEngine
+from swarmfab.engine.loadgen import LoadSpec, RequestRecord, random_prompts, run_load, summarise
+from swarmfab.engine.request import SamplingParams
+from swarmfab.engine.tiny import make_tiny_checkpoint
+
+
+def _engine_config(concurrency: int) -> EngineConfig:
+    return EngineConfig(max_num_seqs=max(concurrency, 1), max_num_batched_tokens=256)
+
+
+async def _engine_load(engine: AsyncEngine, prompts: list[list[int]], output_len: int,
+                       concurrency: int) -> tuple[list[RequestRecord], float]:
+    params = SamplingParams(max_tokens=output_len, temperature=0, ignore_eos=True)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(prompt: list[int]) -> RequestRecord:
+        async with gate:
+            record = RequestRecord(prompt_len=len(prompt))
+            start = last = time.perf_counter()
+            async for output in engine.generate(prompt, params):
+                now = time.perf_counter()
+                if output.token_ids:
+                    if record.ttft == 0.0:
+                        record.ttft = now - start
+                    else:
+                        record.itl.append(now - last)
+                    last = now
+                record.output_tokens = output.completion_tokens
+            record.latency = time.perf_counter() - start
+            record.success = True
+            return record
+
+    start = time.perf_counter()
+    records = await asyncio.gather(*(one(p) for p in prompts))
+    return list(records), time.perf_counter() - start
+
+
+def run_engine(model_dir: Path, prompts: list[list[int]], output_len: int,
+               concurrency: int) -> dict[str, Any]:
+    engine = AsyncEngine(LLMEngine.from_pretrained(model_dir, _engine_config(concurrency)))
+    engine.start()
+    try:
+        asyncio.run(_engine_load(engine, prompts[:2], 4, concurrency))  # warm-up
+        records, duration = asyncio.run(_engine_load(engine, prompts, output_len, concurrency))
+    finally:
+        engine.stop()
+    return summarise(records, duration)
+
+
+def run_engine_http(model_dir: Path, prompts: list[list[int]], input_len: int,
+                    output_len: int, concurrency: int, seed: int) -> dict[str, Any]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "swarmfab", "serve", str(model_dir), "--port", str(port),
+               "--max-num-seqs", str(concurrency), "--max-num-batched-tokens", "256"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "SWARMFAB_API_KEY": ""})
+    try:
+        _wait_for(f"http://127.0.0.1:{port}/health", server)
+        spec = LoadSpec(base_url=f"http://127.0.0.1:{port}", num_prompts=len(prompts),
+                        input_len=input_len, output_len=output_len,
+                        max_concurrency=concurrency, num_warmups=2, seed=seed)
+        return asyncio.run(run_load(spec))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _wait_for(url: str, server: subprocess.Popen[bytes]) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"swarmfab serve exited with {server.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("swarmfab serve did not come up within 120 s")
+
+
+class _Stamps:
+    """A generate() streamer that only records when each step's tokens appear."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if self._prompt_seen:
+            self.times.append(time.perf_counter())
+        self._prompt_seen = True
+
+    def end(self) -> None:
+        pass
+
+
+def run_hf(model: Any, prompts: list[list[int]], output_len: int,
+           concurrency: int) -> dict[str, Any]:
+    def batch_run(batch: list[list[int]], new_tokens: int) -> list[RequestRecord]:
+        ids = torch.tensor(batch)
+        stamps = _Stamps()
+        start = time.perf_counter()
+        with torch.inference_mode():
+            model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                           max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                           pad_token_id=0, streamer=stamps)
+        end = time.perf_counter()
+        gaps = [b - a for a, b in zip(stamps.times, stamps.times[1:], strict=False)]
+        return [RequestRecord(prompt_len=len(p), success=True, output_tokens=new_tokens,
+                              ttft=stamps.times[0] - start, latency=end - start,
+                              itl=list(gaps)) for p in batch]
+
+    batch_run(prompts[:min(concurrency, 2)], 4)  # warm-up
+    records: list[RequestRecord] = []
+    start = time.perf_counter()
+    for first in range(0, len(prompts), concurrency):
+        records += batch_run(prompts[first:first + concurrency], output_len)
+    return summarise(records, time.perf_counter() - start)
+
+
+def _row(concurrency: int, system: str, runs: list[dict[str, Any]]) -> str:
+    throughputs = [r["output_throughput"] for r in runs]
+    med = {key: statistics.median(r[key] for r in runs)
+           for key in ("median_ttft_ms", "median_tpot_ms", "p99_e2el_ms")}
+    return (f"| {concurrency} | {system} | {statistics.median(throughputs):.1f} "
+            f"({min(throughputs):.1f}-{max(throughputs):.1f}) | {med['median_ttft_ms']:.0f} "
+            f"| {med['median_tpot_ms']:.1f} | {med['p99_e2el_ms']:.0f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, help="checkpoint dir (default: the tiny one)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--input-len", type=int, default=32)
+    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-http", action="store_true", help="skip the engine-http runs")
+    parser.add_argument("--out", type=Path, default=Path("out/bench-engine.json"))
+    args = parser.parse_args()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    from transformers import KimiLinearForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    with tempfile.TemporaryDirectory() as scratch:
+        model_dir = args.model or make_tiny_checkpoint(Path(scratch) / "tiny-kimi-linear")
+        hf_model = KimiLinearForCausalLM.from_pretrained(str(model_dir)).eval()
+        vocab = hf_model.config.vocab_size
+        results: dict[str, Any] = {"torch_threads": torch.get_num_threads(),
+                                   "input_len": args.input_len,
+                                   "output_len": args.output_len, "runs": []}
+        rows = []
+        for concurrency in args.concurrency:
+            count = max(4, 2 * concurrency)
+            prompts = random_prompts(count, args.input_len, vocab, args.seed)
+            systems: dict[str, list[dict[str, Any]]] = {"engine": [], "engine-http": [],
+                                                        "hf-generate": []}
+            for _ in range(args.repeats):
+                systems["engine"].append(run_engine(model_dir, prompts, args.output_len,
+                                                    concurrency))
+                if not args.no_http:
+                    systems["engine-http"].append(run_engine_http(
+                        model_dir, prompts, args.input_len, args.output_len, concurrency,
+                        args.seed))
+                systems["hf-generate"].append(run_hf(hf_model, prompts, args.output_len,
+                                                     concurrency))
+            for system, runs in systems.items():
+                if runs:
+                    rows.append(_row(concurrency, system, runs))
+                    print(rows[-1], flush=True)
+                    results["runs"].append({
+                        "concurrency": concurrency, "system": system, "requests": count,
+                        "repeats": [{k: v for k, v in r.items() if not isinstance(v, list)}
+                                    for r in runs]})
+    header = ("| concurrency | system | output tok/s, median (min-max) | median TTFT ms "
+              "| median TPOT ms | p99 E2EL ms |\n|---|---|---|---|---|---|")
+    print("\n" + header + "\n" + "\n".join(rows))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(f"\nraw results: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""The engine loop: schedule, run the model once, sample, stream (nano-vllm's shape).
+
+``LLMEngine`` is single-threaded and synchronous; :mod:`async_engine` runs it on a thread
+for the HTTP server. Memory is sized from a byte budget: the KV pool gets
+``kv_cache_bytes`` and one KDA state slot exists per allowed running sequence.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from swarmfab.engine.cache import BlockPool, KvCache, StateSlots
+from swarmfab.engine.model import HybridModel, StepBatch
+from swarmfab.engine.request import FinishReason, Request, RequestOutput, SamplingParams
+from swarmfab.engine.sampling import sample
+from swarmfab.engine.scheduler import ScheduledStep, Scheduler, SchedulerConfig
+from swarmfab.engine.slots import KernelSlots
+from swarmfab.engine.tokenizer import Tokenizer
+from swarmfab.errors import EngineError
+
+__all__ = ["EngineConfig", "EngineStats", "LLMEngine"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """The serving knobs (see docs/architecture.md, "Inference engine")."""
+
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 256
+    block_size: int = 16
+    kv_cache_bytes: int = 64 << 20
+    num_kv_blocks: int | None = None      # overrides kv_cache_bytes when set
+    max_model_len: int = 4096
+
+    def scheduler(self) -> SchedulerConfig:
+        return SchedulerConfig(self.max_num_seqs, self.max_num_batched_tokens,
+                               self.max_model_len)
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Counters and gauges for /metrics; tokens/s over the last ``window_s`` seconds."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    finished: int = 0
+    aborted: int = 0
+    preemptions: int = 0
+    steps: int = 0
+    window_s: float = 10.0
+    recent: deque[tuple[float, int]] = field(default_factory=deque)
+
+    def record_tokens(self, count: int) -> None:
+        now = time.monotonic()
+        self.generation_tokens += count
+        self.recent.append((now, count))
+        while self.recent and self.recent[0][0] < now - self.window_s:
+            self.recent.popleft()
+
+    def tokens_per_second(self) -> float:
+        now = time.monotonic()
+        recent = list(self.recent)  # a snapshot: the engine thread appends meanwhile
+        return sum(c for t, c in recent if t >= now - self.window_s) / self.window_s
+
+
+class LLMEngine:
+    """Requests in, :class:`RequestOutput` per step out."""
+
+    def __init__(self, model: HybridModel, tokenizer: Tokenizer | None,
+                 config: EngineConfig | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config = config or EngineConfig()
+        blocks = config.num_kv_blocks or max(1, config.kv_cache_bytes // (
+            config.block_size * KvCache.bytes_per_token(model.config, model.dtype)))
+        self.pool = BlockPool(blocks, config.block_size)
+        self.kv = KvCache(model.config, self.pool, model.dtype)
+        self.states = StateSlots(model.config, config.max_num_seqs, model.dtype)
+        self.scheduler = Scheduler(config.scheduler(), self.states, self.pool)
+        self.eos_ids = frozenset(model.config.eos_token_ids)
+        self.stats = EngineStats()
+
+    @classmethod
+    def from_pretrained(cls, model_dir: Path, config: EngineConfig | None = None,
+                        slots: KernelSlots | None = None) -> LLMEngine:
+        """Without ``tokenizer.json`` the engine still serves prompts given as token ids."""
+        tokenizer = Tokenizer(model_dir) if (model_dir / "tokenizer.json").exists() else None
+        return cls(HybridModel.from_pretrained(model_dir, slots), tokenizer, config)
+
+    # -- requests ----------------------------------------------------------------------
+    def make_request(self, prompt_ids: list[int], params: SamplingParams,
+                     request_id: str | None = None) -> Request:
+        """A checked request, not yet queued (safe to call from another thread)."""
+        vocab = self.model.config.vocab_size
+        if any(not 0 <= t < vocab for t in prompt_ids):
+            raise EngineError(f"prompt token ids must lie in [0, {vocab})")
+        request = Request.create(prompt_ids, params, self.eos_ids, self.tokenizer, request_id)
+        needed = len(prompt_ids) + params.max_tokens
+        if needed > self.scheduler.capacity_tokens:
+            raise EngineError(
+                f"this request needs {needed} tokens (prompt {len(prompt_ids)} + max_tokens "
+                f"{params.max_tokens}); the engine allows {self.scheduler.capacity_tokens} "
+                "per request. Shorten the prompt or lower max_tokens")
+        return request
+
+    def add(self, request: Request) -> None:
+        self.scheduler.add(request)
+
+    def add_request(self, prompt_ids: list[int], params: SamplingParams,
+                    request_id: str | None = None) -> Request:
+        request = self.make_request(prompt_ids, params, request_id)
+        self.add(request)
+        return request
+
+    def abort(self, request: Request) -> RequestOutput | None:
+        if request.finish_reason is not None:
+            return None
+        request.finish_reason = FinishReason.ABORT
+        self.scheduler.finish(request)
+        self.stats.aborted += 1
+        return request.take_output(())
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    # -- the loop ----------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        scheduled = self.scheduler.schedule()
+        self.stats.preemptions += len(scheduled.preempted)
+        if not scheduled.requests:
+            if self.scheduler.running or self.scheduler.waiting:
+                raise EngineError("the scheduler can place no request: the KV cache or "
+                                  "state slots are too small for any waiting prompt")
+            return []
+        batch, sampled = self._batch(scheduled)
+        logits = self.model.forward(batch, self.states, self.kv)
+        for request, count in zip(scheduled.requests, scheduled.num_new_tokens, strict=True):
+            prompt = len(request.prompt_ids)
+            self.stats.prompt_tokens += max(0, min(request.num_computed + count, prompt)
+                                            - request.num_computed)
+            request.num_computed += count
+        self.stats.steps += 1
+        tokens = sample(logits, sampled)
+        self.stats.record_tokens(len(tokens))
+        outputs = []
+        for request, token in zip(sampled, tokens, strict=True):
+            request.append(token, self.config.max_model_len)
+            outputs.append(request.take_output((token,)))
+            if request.finish_reason is not None:
+                self.scheduler.finish(request)
+                self.stats.finished += 1
+        return outputs
+
+    def _batch(self, step: ScheduledStep) -> tuple[StepBatch, list[Request]]:
+        size = self.pool.block_size
+        ids: list[int] = []
+        kv_rows: list[int] = []
+        sample_rows: list[int] = []
+        sampled: list[Request] = []
+        for request, count in zip(step.requests, step.num_new_tokens, strict=True):
+            for position in range(request.num_computed, request.num_computed + count):
+                ids.append(request.token(position))
+                kv_rows.append(request.blocks[position // size] * size + position % size)
+            if request.num_computed + count == request.num_tokens:
+                sample_rows.append(len(ids) - 1)
+                sampled.append(request)
+        lens = [r.num_computed + n for r, n in zip(step.requests, step.num_new_tokens,
+                                                     strict=True)]
+        width = max(lens)
+        table = torch.zeros(len(lens), -(-width // size), dtype=torch.long)
+        for row, request in enumerate(step.requests):
+            table[row, :len(request.blocks)] = torch.tensor(request.blocks[:table.shape[1]])
+        positions = torch.arange(width)
+        context_rows = table[:, positions // size] * size + positions % size
+        batch = StepBatch(
+            token_ids=torch.tensor(ids), query_lens=step.num_new_tokens,
+            num_decodes=step.num_decodes,
+            state_slots=tuple(r.state_slot for r in step.requests),  # type: ignore[misc]
+            kv_rows=torch.tensor(kv_rows), context_rows=context_rows,
+            context_lens=tuple(lens), sample_rows=torch.tensor(sample_rows, dtype=torch.long),
+        )
+        return batch, sampled
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams
+                 ) -> list[list[int]]:
+        """Offline: run every prompt to completion; the generated token ids of each."""
+        requests = [self.add_request(p, params) for p in prompts]
+        while self.has_work():
+            self.step()
+        return [r.output_ids for r in requests]

@@ -1,0 +1,203 @@
+"""A load generator whose metrics and JSON keys follow vLLM's ``bench serve``.
+
+Per request: TTFT (first streamed token), ITL (gaps between streamed chunks), E2EL (whole
+request) and TPOT = (E2EL - TTFT) / (output tokens - 1). Over the run: mean, median, std
+and chosen percentiles of each in milliseconds (``mean_ttft_ms``, ``p99_itl_ms``...),
+request and token throughput, and goodput (requests per second meeting every SLO).
+Arrivals: all at once (rate ``inf``) or gamma-distributed gaps (shape = burstiness,
+1 = Poisson) rescaled so the run lasts N / rate seconds; ``max_concurrency`` closes the
+loop. Prompts are random token ids of a set length, so no dataset is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+
+__all__ = ["LoadSpec", "RequestRecord", "arrival_gaps", "random_prompts", "run_load",
+           "summarise"]
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    base_url: str
+    model: str | None = None
+    num_prompts: int = 32
+    input_len: int = 32
+    output_len: int = 32
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    num_warmups: int = 1
+    seed: int = 0
+    api_key: str | None = None
+    percentiles: tuple[float, ...] = (99.0,)
+    goodput: dict[str, float] = field(default_factory=dict)   # metric -> SLO in ms
+    timeout_s: float = 600.0
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request as the client saw it (seconds; ``itl`` between streamed chunks)."""
+
+    prompt_len: int
+    success: bool = False
+    output_tokens: int = 0
+    ttft: float = 0.0
+    latency: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    text: str = ""
+    error: str = ""
+
+    @property
+    def tpot(self) -> float | None:
+        if self.output_tokens <= 1:
+            return None
+        return (self.latency - self.ttft) / (self.output_tokens - 1)
+
+
+def random_prompts(count: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+    """Token-id prompts of exactly ``length`` tokens (ids 3.. avoid the usual specials)."""
+    rng = random.Random(seed)
+    return [[rng.randrange(3, vocab) for _ in range(length)] for _ in range(count)]
+
+
+def arrival_gaps(count: int, rate: float, burstiness: float, seed: int) -> list[float]:
+    """Gaps before each request: zero for ``inf``, else gamma(burstiness) draws scaled so
+    they sum to count / rate."""
+    if math.isinf(rate):
+        return [0.0] * count
+    rng = np.random.default_rng(seed)
+    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=count)
+    return list(gaps * (count / rate) / gaps.sum())
+
+
+async def _one(client: httpx.AsyncClient, spec: LoadSpec, model: str, prompt: list[int]
+               ) -> RequestRecord:
+    record = RequestRecord(prompt_len=len(prompt))
+    body = {"model": model, "prompt": prompt, "max_tokens": spec.output_len,
+            "temperature": 0.0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    start = last = time.perf_counter()
+    try:
+        async with client.stream("POST", "/v1/completions", json=body) as response:
+            if response.status_code != 200:
+                record.error = (await response.aread()).decode(errors="replace")[:500]
+                return record
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("usage"):
+                    record.output_tokens = chunk["usage"]["completion_tokens"]
+                if not chunk.get("choices"):
+                    continue
+                now = time.perf_counter()
+                if record.ttft == 0.0:
+                    record.ttft = now - start
+                else:
+                    record.itl.append(now - last)
+                last = now
+                record.text += chunk["choices"][0].get("text") or ""
+        record.latency = time.perf_counter() - start
+        record.success = True
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        record.error = f"{type(exc).__name__}: {exc}"
+    return record
+
+
+async def _model_card(client: httpx.AsyncClient) -> dict[str, Any]:
+    response = await client.get("/v1/models")
+    response.raise_for_status()
+    return dict(response.json()["data"][0])
+
+
+async def run_load(spec: LoadSpec) -> dict[str, Any]:
+    """Run the load against a server; vLLM-style results (see :func:`summarise`)."""
+    headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=spec.base_url, headers=headers, limits=limits,
+                                 timeout=spec.timeout_s) as client:
+        card = await _model_card(client)
+        model = spec.model or card["id"]
+        vocab = int(card.get("vocab_size", 256))
+        prompts = random_prompts(spec.num_prompts + spec.num_warmups, spec.input_len, vocab,
+                                 spec.seed)
+        for prompt in prompts[:spec.num_warmups]:
+            await _one(client, spec, model, prompt)
+        gate = asyncio.Semaphore(spec.max_concurrency or len(prompts))
+
+        async def limited(prompt: list[int]) -> RequestRecord:
+            async with gate:
+                return await _one(client, spec, model, prompt)
+
+        tasks = []
+        start = time.perf_counter()
+        gaps = arrival_gaps(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed)
+        for gap, prompt in zip(gaps, prompts[spec.num_warmups:], strict=True):
+            if gap:
+                await asyncio.sleep(gap)
+            tasks.append(asyncio.create_task(limited(prompt)))
+        records = await asyncio.gather(*tasks)
+        duration = time.perf_counter() - start
+    result = summarise(records, duration, spec.percentiles, spec.goodput)
+    result.update(model_id=model, request_rate=spec.request_rate,
+                  burstiness=spec.burstiness, max_concurrency=spec.max_concurrency)
+    return result
+
+
+def summarise(records: Sequence[RequestRecord], duration: float,
+              percentiles: Sequence[float] = (99.0,),
+              goodput: dict[str, float] | None = None) -> dict[str, Any]:
+    """vLLM ``bench serve`` keys: throughputs, then mean/median/std/pNN of each metric."""
+    done = [r for r in records if r.success]
+    values: dict[str, list[float]] = {
+        "ttft": [r.ttft for r in done],
+        "tpot": [t for r in done if (t := r.tpot) is not None],
+        "itl": [gap for r in done for gap in r.itl],
+        "e2el": [r.latency for r in done],
+    }
+    total_in = sum(r.prompt_len for r in done)
+    total_out = sum(r.output_tokens for r in done)
+    result: dict[str, Any] = {
+        "duration": duration,
+        "completed": len(done),
+        "failed": len(records) - len(done),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": len(done) / duration,
+        "request_goodput": _good(done, goodput or {}) / duration if goodput else None,
+        "output_throughput": total_out / duration,
+        "total_token_throughput": (total_in + total_out) / duration,
+    }
+    for metric in METRICS:
+        ms = np.array(values[metric]) * 1000.0 if values[metric] else np.zeros(1)
+        result[f"mean_{metric}_ms"] = float(ms.mean())
+        result[f"median_{metric}_ms"] = float(np.median(ms))
+        result[f"std_{metric}_ms"] = float(ms.std())
+        for p in percentiles:
+            result[f"p{p:g}_{metric}_ms"] = float(np.percentile(ms, p))
+    result.update(input_lens=[r.prompt_len for r in records],
+                  output_lens=[r.output_tokens for r in records],
+                  ttfts=[r.ttft for r in records], itls=[r.itl for r in records],
+                  errors=[r.error for r in records])
+    return result
+
+
+def _good(records: Sequence[RequestRecord], slos: dict[str, float]) -> int:
+    """Requests meeting every SLO (ms): ttft, tpot, e2el."""
+    def meets(record: RequestRecord) -> bool:
+        seen = {"ttft": record.ttft, "tpot": record.tpot or 0.0, "e2el": record.latency}
+        return all(seen[name] * 1000.0 <= limit for name, limit in slos.items())
+    return sum(1 for record in records if meets(record))

@@ -1,0 +1,84 @@
+"""A tiny random-weight Kimi Linear checkpoint, made offline (tests, benchmarks, demos).
+
+The weights come from ``transformers``' ``AutoModelForCausalLM.from_config`` with a fixed
+seed, written by ``save_pretrained`` (Moonshot's tensor names). The tokenizer is a
+byte-level BPE (``tokenizers``) trained here on a generated word list to exactly the
+model's vocabulary of 512: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2 (end of sequence), the 256
+bytes, then merges, so every id the model can emit decodes to text.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from swarmfab.errors import EngineError
+
+__all__ = ["TINY_CONFIG", "make_tiny_checkpoint"]
+
+TINY_CONFIG: dict[str, Any] = {
+    "vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
+    "moe_intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "kv_lora_rank": 32, "qk_rope_head_dim": 0,
+    "qk_nope_head_dim": 32, "v_head_dim": 32, "num_experts": 4, "num_experts_per_tok": 2,
+    "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+    "linear_attn_config": {"kda_layers": [1, 2, 3], "full_attn_layers": [4], "head_dim": 32,
+                           "num_heads": 4, "short_conv_kernel_size": 4},
+}
+_SPECIALS = ["<pad>", "<s>", "</s>"]
+
+
+def _corpus(seed: int) -> list[str]:
+    """Pseudo-words over a small alphabet: enough repeated pairs for 253 merges."""
+    rng = random.Random(seed)
+    syllables = ["ka", "ne", "ri", "to", "su", "mo", "la", "di", "ven", "kor", "th", "an"]
+    words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4)))
+             for _ in range(400)]
+    return [" ".join(rng.choice(words) for _ in range(12)) for _ in range(2000)]
+
+
+def _tokenizer(vocab_size: int, seed: int) -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=_SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tokenizer.train_from_iterator(_corpus(seed), trainer)
+    if tokenizer.get_vocab_size() != vocab_size:
+        raise EngineError(f"tiny tokenizer has {tokenizer.get_vocab_size()} entries, "
+                          f"wanted {vocab_size}")
+    return tokenizer
+
+
+def make_tiny_checkpoint(directory: Path, seed: int = 0) -> Path:
+    """Write config.json, model.safetensors, tokenizer.json and tokenizer_config.json."""
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, KimiLinearConfig
+    except ImportError as exc:
+        raise EngineError("making the tiny checkpoint needs transformers>=5.19: "
+                          "pip install 'swarmfab[engine]'") from exc
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(KimiLinearConfig(**TINY_CONFIG)).eval()
+    model.save_pretrained(str(directory))
+    tokenizer = _tokenizer(int(TINY_CONFIG["vocab_size"]), seed)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>",
+        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096,
+    }, indent=2))
+    return directory
+
+
+if __name__ == "__main__":  # python -m swarmfab.engine.tiny DIR
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m swarmfab.engine.tiny DIR")
+    print(make_tiny_checkpoint(Path(sys.argv[1])))

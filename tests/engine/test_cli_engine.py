@@ -1,0 +1,64 @@
+"""`swarmfab serve` and `swarmfab loadgen` at the command line: clear refusals, JSON out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from swarmfab.cli import app
+
+runner = CliRunner()
+
+
+def test_serve_refuses_a_directory_without_a_checkpoint(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["serve", str(tmp_path), "--port", "1"])
+    assert result.exit_code == 1
+    assert "no config.json" in result.output
+
+
+def test_loadgen_refuses_an_unknown_slo() -> None:
+    result = runner.invoke(app, ["loadgen", "--goodput", "latency:5"])
+    assert result.exit_code == 2
+    assert "ttft:MS" in result.output
+
+
+def test_loadgen_writes_vllm_style_json(server: str, tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    result = runner.invoke(app, [
+        "loadgen", "--base-url", server, "--num-prompts", "3", "--input-len", "8",
+        "--output-len", "3", "--max-concurrency", "3", "--goodput", "e2el:60000",
+        "--result-file", str(out)], env={"SWARMFAB_API_KEY": "test-key-123"})
+    assert result.exit_code == 0, result.output
+    saved = json.loads(out.read_text())
+    assert saved["completed"] == 3 and saved["request_goodput"] > 0
+    assert "median_tpot_ms" in result.output
+
+
+def test_a_kda_kernel_file_fills_both_kda_slots(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from swarmfab.cli import _kda_slots
+    from swarmfab.kernels import design_space
+    from swarmfab.workloads import get_workload
+
+    space = design_space("kda")
+    candidate = space.instantiate(space.default(), threads=1)
+    source = tmp_path / "champion.c"
+    source.write_text(candidate.sources[candidate.entry])
+    monkeypatch.chdir(tmp_path)
+    slots = _kda_slots(source)
+    assert slots.labels["kda_prefill"] == slots.labels["kda_decode"] == "c:champion.c"
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 5, 2, 16, generator=generator) * 0.3 for _ in range(3))
+    g = -torch.rand(1, 5, 2, 16, generator=generator)
+    beta = torch.rand(1, 5, 2, generator=generator)
+    reference = get_workload("kda").baselines()["torch-recurrent"]
+    out, state = slots.kda_prefill(q, k, v, g, beta, initial_state=None,
+                                   output_final_state=True)
+    expected, expected_state = reference(q, k, v, g, beta, output_final_state=True)
+    assert torch.allclose(out, expected, atol=1e-5)
+    assert torch.allclose(state, expected_state, atol=1e-5)

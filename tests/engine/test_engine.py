@@ -1,0 +1,158 @@
+"""The engine end to end without HTTP: batching, chunked prefill, preemption, sampling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from swarmfab.backends.c import CBackend
+from swarmfab.engine.engine import EngineConfig, LLMEngine
+from swarmfab.engine.model import HybridModel
+from swarmfab.engine.request import FinishReason, SamplingParams
+from swarmfab.engine.slots import KernelSlots
+from swarmfab.errors import EngineError
+from swarmfab.kernels import design_space
+from swarmfab.workloads import get_workload
+
+GREEDY = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True)
+LENGTHS = (5, 23, 41, 2, 66, 9, 17, 30)
+
+
+def _prompts(lengths: tuple[int, ...] = LENGTHS, seed: int = 0) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 512, (n,), generator=generator).tolist() for n in lengths]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model: Path) -> HybridModel:
+    return HybridModel.from_pretrained(tiny_model)
+
+
+def _engine(model: HybridModel, **options: Any) -> LLMEngine:
+    return LLMEngine(model, None, EngineConfig(**options))
+
+
+def test_batched_greedy_output_equals_single_request_output(model: HybridModel) -> None:
+    prompts = _prompts()
+    # a small token budget forces chunked prefill and steps mixing decodes with prefill
+    batched = _engine(model, max_num_batched_tokens=24).generate(prompts, GREEDY)
+    single = [_engine(model).generate([p], GREEDY)[0] for p in prompts]
+    assert batched == single
+    assert all(len(out) == GREEDY.max_tokens for out in batched)
+
+
+def test_engine_greedy_tokens_equal_transformers_generate(
+    model: HybridModel, hf_model: Any
+) -> None:
+    prompts = _prompts((7, 33, 12), seed=3)
+    ours = _engine(model, max_num_batched_tokens=16).generate(prompts, GREEDY)
+    for prompt, tokens in zip(prompts, ours, strict=True):
+        theirs = hf_model.generate(torch.tensor([prompt]), max_new_tokens=10,
+                                   min_new_tokens=10, do_sample=False)[0, len(prompt):]
+        assert tokens == theirs.tolist()
+
+
+def test_a_factory_c_kernel_in_the_kda_slots_gives_the_same_tokens(
+    model: HybridModel, tmp_path: Path
+) -> None:
+    space = design_space("kda")
+    candidate = space.instantiate(space.default(), threads=1)
+    backend = CBackend()
+    kernel = backend.load(backend.build(candidate, tmp_path), get_workload("kda"),
+                          fill_outputs=False)
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0].shape[1])  # T: 1 for decode steps, the chunk for prefill
+        return kernel(*args, **kwargs)
+
+    slots = KernelSlots().with_kda(counted, label=f"c:{candidate.id[:12]}")
+    champion = HybridModel(model.config, model.weights, slots)
+    prompts = _prompts((19, 4, 50), seed=5)
+    assert _engine(champion, max_num_batched_tokens=20).generate(prompts, GREEDY) == \
+        _engine(model, max_num_batched_tokens=20).generate(prompts, GREEDY)
+    assert champion.slots.labels["kda_decode"].startswith("c:")
+    assert 1 in calls and max(calls) > 1, "both KDA slots must have run the C kernel"
+
+
+def test_a_burst_never_exceeds_the_cache_budget_and_preempted_work_is_recomputed(
+    model: HybridModel,
+) -> None:
+    prompts = _prompts((12, 9, 14, 7, 11, 13, 8, 10, 12, 6), seed=7)
+    params = SamplingParams(max_tokens=14, temperature=0, ignore_eos=True)
+    engine = _engine(model, num_kv_blocks=12, block_size=4, max_num_seqs=8,
+                     max_num_batched_tokens=64)
+    requests = [engine.add_request(p, params) for p in prompts]
+    peak = 0
+    while engine.has_work():
+        engine.step()
+        assert engine.pool.used <= engine.pool.num_blocks
+        assert len(engine.scheduler.running) <= 8
+        peak = max(peak, engine.pool.used)
+    assert engine.stats.preemptions > 0, "the burst was meant to run out of KV blocks"
+    assert peak == engine.pool.num_blocks
+    assert engine.pool.used == 0 and engine.states.free == 8
+    roomy = _engine(model).generate(prompts, params)
+    assert [r.output_ids for r in requests] == roomy
+
+
+def test_a_request_larger_than_the_cache_is_refused_up_front(model: HybridModel) -> None:
+    engine = _engine(model, num_kv_blocks=4, block_size=4)
+    with pytest.raises(EngineError, match=r"the engine allows 16 per request"):
+        engine.add_request(list(range(3, 15)), SamplingParams(max_tokens=8))
+    with pytest.raises(EngineError, match="empty"):
+        engine.add_request([], SamplingParams())
+
+
+def test_seeded_sampling_repeats_and_top_k_one_is_greedy(model: HybridModel) -> None:
+    prompts = _prompts((6, 11), seed=9)
+    seeded = SamplingParams(max_tokens=8, temperature=0.9, top_p=0.9, seed=42,
+                            ignore_eos=True)
+    first = _engine(model).generate(prompts, seeded)
+    assert _engine(model).generate(prompts, seeded) == first
+    other = _engine(model).generate(prompts, SamplingParams(
+        max_tokens=8, temperature=0.9, seed=43, ignore_eos=True))
+    assert other != first
+    top1 = SamplingParams(max_tokens=8, temperature=1.5, top_k=1, ignore_eos=True)
+    assert _engine(model).generate(prompts, top1) == _engine(model).generate(
+        prompts, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
+
+
+def test_stop_conditions(model: HybridModel, tiny_model: Path) -> None:
+    from swarmfab.engine.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer(tiny_model)
+    engine = LLMEngine(model, tokenizer)
+    prompt = tokenizer.encode("kane tori suven")
+    free = engine.add_request(prompt, SamplingParams(max_tokens=12, temperature=0,
+                                                     ignore_eos=True))
+    while engine.has_work():
+        engine.step()
+    text = free.text
+    assert free.finish_reason is FinishReason.LENGTH and len(free.output_ids) == 12
+    stop_at = text[3:5]
+    stopped = engine.add_request(prompt, SamplingParams(max_tokens=12, temperature=0,
+                                                        stop=(stop_at,), ignore_eos=True))
+    eos = engine.add_request(prompt, SamplingParams(
+        max_tokens=12, temperature=0, stop_token_ids=(free.output_ids[4],), min_tokens=2))
+    while engine.has_work():
+        engine.step()
+    assert stopped.finish_reason is FinishReason.STOP
+    assert stopped.text == text[:text.find(stop_at)]
+    assert eos.finish_reason is FinishReason.STOP
+    assert eos.output_ids == free.output_ids[:free.output_ids.index(free.output_ids[4]) + 1]
+
+
+def test_a_checkpoint_without_a_tokenizer_serves_token_ids(tiny_model: Path,
+                                                           tmp_path: Path) -> None:
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / name).write_bytes((tiny_model / name).read_bytes())
+    engine = LLMEngine.from_pretrained(tmp_path)
+    assert engine.tokenizer is None
+    request = engine.add_request([5, 6, 7], GREEDY)
+    while engine.has_work():
+        engine.step()
+    assert len(request.output_ids) == GREEDY.max_tokens and request.text == ""

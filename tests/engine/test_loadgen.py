@@ -1,0 +1,60 @@
+"""The load generator: arrivals, vLLM's metric keys, and a run against the real server."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+
+from swarmfab.engine.loadgen import (
+    LoadSpec,
+    RequestRecord,
+    arrival_gaps,
+    run_load,
+    summarise,
+)
+from swarmfab.engine.tokenizer import Detokenizer, Tokenizer
+
+
+def test_gamma_arrivals_last_count_over_rate_and_inf_sends_at_once() -> None:
+    gaps = arrival_gaps(50, rate=10.0, burstiness=0.5, seed=1)
+    assert math.isclose(sum(gaps), 5.0) and min(gaps) >= 0
+    assert arrival_gaps(50, 10.0, 0.5, seed=1) == gaps
+    assert arrival_gaps(4, math.inf, 1.0, seed=1) == [0.0] * 4
+
+
+def test_summary_follows_vllm_definitions() -> None:
+    fast = RequestRecord(prompt_len=4, success=True, output_tokens=3, ttft=0.1,
+                         latency=0.3, itl=[0.1, 0.1])
+    slow = RequestRecord(prompt_len=4, success=True, output_tokens=3, ttft=0.5,
+                         latency=1.5, itl=[0.5, 0.5])
+    failed = RequestRecord(prompt_len=4, error="boom")
+    result = summarise([fast, slow, failed], duration=2.0, percentiles=(50, 99),
+                       goodput={"ttft": 200.0})
+    assert (result["completed"], result["failed"]) == (2, 1)
+    assert result["output_throughput"] == 3.0 and result["request_throughput"] == 1.0
+    assert result["request_goodput"] == 0.5       # only `fast` meets ttft <= 200 ms
+    assert math.isclose(result["mean_tpot_ms"], (100 + 500) / 2)   # (e2el - ttft) / 2
+    assert math.isclose(result["median_ttft_ms"], 300.0)
+    assert {"p50_itl_ms", "p99_e2el_ms", "std_tpot_ms", "total_token_throughput"} <= set(result)
+
+
+def test_a_run_against_the_server(server: str) -> None:
+    spec = LoadSpec(base_url=server, num_prompts=6, input_len=12, output_len=5,
+                    max_concurrency=2, request_rate=50.0, num_warmups=1, seed=3,
+                    api_key="test-key-123")
+    result = asyncio.run(run_load(spec))
+    assert result["completed"] == 6 and result["failed"] == 0
+    assert result["input_lens"] == [12] * 6 and result["output_lens"] == [5] * 6
+    assert result["median_ttft_ms"] > 0 and result["median_tpot_ms"] > 0
+
+
+@pytest.mark.parametrize("text", ["kane ☃ wörld", "日本語"])
+def test_streamed_text_never_splits_a_character(tiny_model: Path, text: str) -> None:
+    tokenizer = Tokenizer(tiny_model)
+    detokenizer = Detokenizer(tokenizer)
+    pieces = [detokenizer.add(token) for token in tokenizer.encode(text)]
+    assert not any("\ufffd" in piece for piece in pieces)
+    assert "".join(pieces) == text

@@ -1,0 +1,57 @@
+"""The engine's model against transformers' KimiLinearForCausalLM on the same checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from swarmfab.engine.cache import BlockPool, KvCache, StateSlots
+from swarmfab.engine.config import load_config
+from swarmfab.engine.model import HybridModel, StepBatch
+from swarmfab.errors import EngineError
+
+
+def _chunk(ids: torch.Tensor, start: int, stop: int, slot: int, rows: torch.Tensor
+           ) -> StepBatch:
+    """A batch of one sequence computing positions [start, stop), logits for each."""
+    length = stop - start
+    return StepBatch(ids[start:stop], (length,), int(length == 1), (slot,), rows[start:stop],
+                     rows[None, :stop], (stop,), torch.arange(length))
+
+
+def test_chunked_prefill_and_decode_match_transformers_logits(
+    tiny_model: Path, hf_model: Any
+) -> None:
+    model = HybridModel.from_pretrained(tiny_model)
+    ids = torch.randint(3, 512, (40,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        reference = hf_model(ids[None]).logits[0]
+    states = StateSlots(model.config, 2, torch.float32)
+    pool = BlockPool(4, 16)
+    kv = KvCache(model.config, pool, torch.float32)
+    slot = states.allocate()
+    blocks = pool.allocate(3)
+    rows = torch.tensor([blocks[p // 16] * 16 + p % 16 for p in range(40)])
+    # chunks of uneven sizes cross block boundaries; the last two tokens are decodes
+    logits = torch.cat([model.forward(_chunk(ids, a, b, slot, rows), states, kv)
+                        for a, b in ((0, 13), (13, 30), (30, 38), (38, 39), (39, 40))])
+    assert (logits - reference).abs().max() < 1e-4 * reference.abs().max()
+    assert torch.equal(logits.argmax(-1), reference.argmax(-1))
+
+
+def test_the_tiny_config_is_read_from_moonshot_field_names(tiny_model: Path) -> None:
+    config = load_config(tiny_model)
+    assert config.layer_types == ("linear_attention",) * 3 + ("full_attention",)
+    assert config.mlp_types == ("dense", "sparse", "sparse", "sparse")
+    assert (config.num_experts, config.experts_per_token, config.eos_token_ids) == (4, 2, (2,))
+
+
+def test_a_directory_without_a_checkpoint_is_refused_clearly(tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match=r"no config\.json"):
+        HybridModel.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(EngineError, match="kimi_linear"):
+        HybridModel.from_pretrained(tmp_path)

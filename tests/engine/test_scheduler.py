@@ -1,0 +1,88 @@
+"""Scheduling policy alone (no model): budgets, decode-first order, limits, admission."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from swarmfab.engine.cache import BlockPool, StateSlots
+from swarmfab.engine.config import load_config
+from swarmfab.engine.request import Request, SamplingParams
+from swarmfab.engine.scheduler import ScheduledStep, Scheduler, SchedulerConfig
+
+Build = Callable[..., Scheduler]
+
+
+@pytest.fixture
+def make(tiny_model: Path) -> Build:
+    config = load_config(tiny_model)
+
+    def build(slots: int = 4, blocks: int = 64, budget: int = 32) -> Scheduler:
+        return Scheduler(SchedulerConfig(max_num_seqs=slots, max_num_batched_tokens=budget),
+                         StateSlots(config, slots, torch.float32), BlockPool(blocks, 4))
+    return build
+
+
+def _request(length: int, max_tokens: int = 4) -> Request:
+    return Request.create(list(range(3, 3 + length)), SamplingParams(max_tokens=max_tokens),
+                          frozenset(), None)
+
+
+def _advance(step: ScheduledStep) -> None:
+    """What the engine does after the model ran: tokens computed, one sampled at the end."""
+    for request, count in zip(step.requests, step.num_new_tokens, strict=True):
+        request.num_computed += count
+        if request.num_computed == request.num_tokens:
+            request.output_ids.append(7)
+
+
+def test_prompts_are_chunked_within_the_token_budget(make: Build) -> None:
+    scheduler = make(budget=32)
+    first, second = _request(40), _request(20)
+    scheduler.add(first)
+    scheduler.add(second)
+    step = scheduler.schedule()
+    assert step.requests == (first,) and step.num_new_tokens == (32,)
+    _advance(step)
+    step = scheduler.schedule()
+    assert step.num_new_tokens == (8, 20) and step.requests == (first, second)
+    _advance(step)
+    step = scheduler.schedule()           # both decode now: one token each
+    assert step.num_new_tokens == (1, 1) and step.num_decodes == 2
+
+
+def test_decodes_come_first_then_prefill_chunks(make: Build) -> None:
+    scheduler = make(budget=16)
+    early = _request(4)
+    scheduler.add(early)
+    _advance(scheduler.schedule())        # early is decoding from now on
+    late = _request(30)
+    scheduler.add(late)
+    step = scheduler.schedule()
+    assert step.requests == (early, late) and step.num_new_tokens == (1, 15)
+
+
+def test_running_sequences_and_state_slots_are_limited(make: Build) -> None:
+    scheduler = make(slots=2, budget=64)
+    requests = [_request(3) for _ in range(4)]
+    for request in requests:
+        scheduler.add(request)
+    step = scheduler.schedule()
+    assert step.requests == tuple(requests[:2]) and len(scheduler.waiting) == 2
+    assert scheduler.states.free == 0
+    scheduler.finish(requests[0])
+    _advance(step)
+    assert scheduler.schedule().requests[-1] is requests[2]
+
+
+def test_admission_waits_for_kv_blocks(make: Build) -> None:
+    scheduler = make(blocks=6, budget=64)   # 24 tokens of KV in all
+    big, small = _request(20), _request(8)
+    scheduler.add(big)
+    scheduler.add(small)
+    step = scheduler.schedule()
+    assert step.requests == (big,)         # small needs 2 blocks; 1 is free
+    assert scheduler.pool.used == 5 and list(scheduler.waiting) == [small]
