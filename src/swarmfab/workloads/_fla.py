@@ -31,7 +31,7 @@ def fla_kda_baselines() -> dict[str, Forward]:
         ops = importlib.import_module("fla.ops.kda")
     except ImportError:
         return {}
-    found = {}
+    found: dict[str, Forward] = {}
     for name, function in FLA_BASELINES.items():
         kernel = getattr(ops, function, None)
         if callable(kernel):

@@ -13,8 +13,14 @@ from importlib import resources
 
 from swarmfab.kernels._space import DesignSpace, Knob, Setting
 
-__all__ = ["KERNELS", "TRITON_TEMPLATE", "CUDA_TEMPLATE", "gpu_space", "render_cuda",
-           "render_triton"]
+__all__ = [
+    "CUDA_TEMPLATE",
+    "KERNELS",
+    "TRITON_TEMPLATE",
+    "gpu_space",
+    "render_cuda",
+    "render_triton",
+]
 
 TRITON_TEMPLATE = "kda_triton.py.tmpl"
 CUDA_TEMPLATE = "kda_recurrent.cu"
