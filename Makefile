@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-swarm clean
+.PHONY: demo test lint typecheck bench bench-swarm gpu-compile-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,13 @@ bench: $(STAMP)
 # evaluations per minute with 1 and 2 workers, and the platform's own overhead
 bench-swarm: $(STAMP)
 	$(BIN)/python scripts/bench_swarm.py
+
+# every CUDA template setting (nvcc, sm_90a) and Triton kernel (GPUTarget cuda 90) compiled
+# without a device; needs nvcc and Triton (the gpu extra): exit 2 says which is missing
+gpu-compile-check: $(STAMP)
+	$(BIN)/pip freeze | grep '^torch==' > $(VENV)/torch-pin.txt  # Triton must not replace torch
+	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt -e ".[gpu]"
+	$(BIN)/python -m swarmfab.kernels.delta_gpu.compile_check
 
 clean:
 	rm -rf $(VENV) .swarmfab out .pytest_cache .mypy_cache .ruff_cache

@@ -78,8 +78,8 @@ def cuda_arch() -> str:
 
 
 def _unavailable(backend: str) -> CandidateError:
-    return CandidateError(f"the {backend} backend needs a CUDA device and this host has none "
-                          "(torch.cuda.is_available() is False)")
+    return CandidateError(f"the {backend} backend is unavailable on this host: it needs a "
+                          "CUDA device and there is none (torch.cuda.is_available() is False)")
 
 
 @functools.cache
