@@ -45,10 +45,14 @@ def poison_plan(free_bytes: int, *, share: float = 0.5, small_blocks: int = 64,
 def poison_device_memory(device: int | None = None) -> int:
     """Fill PyTorch's cache of device memory with the sentinel; returns the bytes filled.
 
-    The blocks are freed into the cache (not to the driver), so the candidate's own
-    allocations reuse them, NaN-filled."""
+    Cached free blocks are first returned to the driver (one of them, holding an earlier
+    answer, would fit a request better than the poison); the poisoned blocks are then
+    freed into the cache, not to the driver, so the candidate's own allocations reuse
+    them, NaN-filled."""
     import torch
 
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()  # blocks freed earlier would be a better fit than the poison
     free, _ = torch.cuda.mem_get_info(device)
     blocks = []
     for size in poison_plan(free):
