@@ -32,7 +32,6 @@ else
     echo "no wheels in $WHEELHOUSE: using what is installed (see scripts/gpu_wheelhouse.sh)"
 fi
 export PYTHONPATH="$PWD/src:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
-export TRITON_CACHE_DIR="$WORK/triton-cache"
 "$PYTHON" - <<'PY' || exit 2
 import torch, triton
 print(f"torch {torch.__version__}, triton {triton.__version__}, "

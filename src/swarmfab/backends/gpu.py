@@ -210,8 +210,9 @@ def _run_nvcc(command: list[str], cwd: Path) -> str:
 class TritonBackend(Backend):
     """A Python file with ``@triton.jit`` kernels and the workload's ``forward``.
 
-    Triton compiles at the first call and runs ptxas in a subprocess, so these jobs may
-    start processes; its cache goes to the job's own directory.
+    Triton compiles at the first call and runs ptxas (and, once, a C compiler for its
+    launcher) in subprocesses, so these jobs may start processes; its cache goes to the
+    job's own directory.
     """
 
     name = "triton"
@@ -231,7 +232,9 @@ class TritonBackend(Backend):
     def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
         if not cuda_device_available():
             raise _unavailable(self.name)
-        os.environ.setdefault("TRITON_CACHE_DIR", str(Path.cwd() / "triton-cache"))
+        # a sandboxed job may write only its own directory: Triton's cache goes there
+        os.environ["TRITON_HOME"] = str(Path.cwd())
+        os.environ["TRITON_CACHE_DIR"] = str(Path.cwd() / "triton-cache")
         forward = PythonBackend().load(artifact, workload, fill_outputs=fill_outputs)
         return _with_triton_diagnostics(forward, artifact.path)
 
