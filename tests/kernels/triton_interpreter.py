@@ -40,7 +40,9 @@ def _index_any_scalar() -> None:
     0-d; read the element instead (the interpreter only, not the compiler)."""
     import triton.runtime.interpreter as interpreter
 
-    original = interpreter._patch_lang_tensor
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None:  # another Triton: nothing to adapt
+        return
 
     def patched(tensor: type, scope: object) -> None:
         original(tensor, scope)
