@@ -125,6 +125,15 @@ def test_a_cuda_goal_on_a_host_without_a_device_exits_2_saying_why(
     assert not (tmp_path / "wd").exists()  # nothing ran
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_verify_a_cuda_file_that_does_not_compile_names_the_line(tmp_path: Path) -> None:
+    kernel = tmp_path / "broken.cu"
+    kernel.write_text('extern "C" int kda_forward() {\n    return y;\n}\n')
+    result, verdict = verify_json(kernel, tmp_path / "wd")
+    assert result.exit_code != 0 and verdict["status"] == "build_failed"
+    assert 'broken.cu:2: error: identifier "y" is undefined' in verdict["reason"]
+
+
 def test_run_with_a_missing_goal_file_exits_2(tmp_path: Path) -> None:
     result = invoke("run", tmp_path / "absent.toml", "--db", tmp_path / "x.db")
     assert result.exit_code == 2

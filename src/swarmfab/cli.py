@@ -174,7 +174,7 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
 @friendly
 def verify(
     workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
-    file: Annotated[Path, typer.Argument(help="Candidate: a .c or .py file.")],
+    file: Annotated[Path, typer.Argument(help="Candidate: a .c, .cu or .py file.")],
     as_json: JsonOption = False,
     threads: Annotated[int | None, typer.Option(help="Threads for the candidate.")] = None,
     fuzz: Annotated[int, typer.Option(help="Random cases added to the corpus cases.")] = 8,
@@ -190,16 +190,21 @@ def verify(
     """
     import random
 
+    from swarmfab.backends import cuda_device_available
     from swarmfab.goal import default_goal
     from swarmfab.records import Status
     from swarmfab.report import verdict_table
     from swarmfab.verify import draw_cases
 
-    goal = default_goal(workload).with_overrides(threads=threads)
+    candidate = _candidate_from_file(workload, file, backend)
+    # GPU candidates run on the device where there is one (elsewhere they still build,
+    # so compile errors are reported, and loading says why it cannot run)
+    on_gpu = candidate.backend in ("cuda", "triton") and cuda_device_available()
+    goal = default_goal(workload).with_overrides(threads=threads,
+                                                 device="cuda" if on_gpu else None)
     store = Store(db)
     evaluator = _evaluator(goal, workdir, store)
     drawn = draw_cases(evaluator.workload, random.Random(seed), fuzz)
-    candidate = _candidate_from_file(workload, file, backend)
     verdict = evaluator.verify(candidate, [*evaluator.cases, *drawn])
     failed = verdict.failed_check
     found = evaluator.case_of(failed, drawn) if failed else None
