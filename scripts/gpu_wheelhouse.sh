@@ -4,8 +4,8 @@
 # Run it where pip can reach PyPI, from the repository root; it fills ./.whl (or $1) with
 # the packages swarmfab needs that the H200 image lacks (its Python is 3.12; torch 2.11,
 # Triton 3.6, numpy, typer, rich, numba, jinja2, matplotlib, pytest, einops are there), plus
-# fla-core for the fla baselines. About 8 MB. Check pins after an upgrade with
-# `unzip -p .whl/pydantic-*.whl '*/METADATA' | grep ^Requires-Dist` (pydantic pins its core). Keep .whl out of git (echo /.whl/ >> .git/info/exclude).
+# fla-core for the fla baselines. About 8 MB (.whl is git-ignored). Check the pins after
+# an upgrade: `unzip -p .whl/pydantic-*.whl '*/METADATA' | grep ^Requires-Dist`.
 set -euo pipefail
 WHEELHOUSE="${1:-.whl}"
 PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64
