@@ -3,7 +3,7 @@
 # (each step has its own timeout: 100 s of tests, 200 s of swarm, 160 s of table):
 #   1. install the wheels the image lacks from the wheelhouse (scripts/gpu_wheelhouse.sh
 #      prepares it elsewhere; SWARMFAB_WHEELHOUSE, default .whl),
-#   2. the GPU tests (pytest -m gpu) and the kernels' tests,
+#   2. the GPU tests (the `gpu` marker) and the rest of the GPU files' tests,
 #   3. a short swarm on KDA with device = "cuda",
 #   4. its champion verified on the device and timed against fla's chunk_kda and
 #      fused_recurrent_kda on fla's benchmark shapes (the table is printed).
@@ -45,7 +45,10 @@ import swarmfab  # noqa: F401  (its dependencies import)
 PY
 
 step "GPU tests"
-timeout 100 "$PYTHON" -m pytest -q -p no:cacheprovider -m gpu tests
+# the GPU tests and the rest of the GPU files' tests (the other test files need tools,
+# such as Playwright, that this host lacks)
+timeout 100 "$PYTHON" -m pytest -q -p no:cacheprovider tests/kernels \
+    tests/backends/test_gpu.py tests/measure/test_gpu_timing.py tests/verify/test_gpu_probes.py
 tests_status=$?
 
 step "a short swarm on KDA (device = cuda, budget $SWARM_BUDGET)"
