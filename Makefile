@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-swarm bench-transfer bench-engine clean
+.PHONY: demo test lint typecheck bench bench-swarm bench-transfer bench-engine gpu-compile-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,13 @@ bench-transfer: $(STAMP)
 # the inference engine vs transformers' generate on the tiny Kimi Linear, concurrency 1/8/32
 bench-engine: $(STAMP)
 	$(BIN)/python scripts/bench_engine.py
+
+# every CUDA template setting (nvcc, sm_90a) and Triton kernel (GPUTarget cuda 90) compiled
+# without a device; needs nvcc and Triton (the gpu extra): exit 2 says which is missing
+gpu-compile-check: $(STAMP)
+	$(BIN)/pip freeze | grep '^torch==' > $(VENV)/torch-pin.txt  # Triton must not replace torch
+	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt -e ".[gpu]"
+	$(BIN)/python -m swarmfab.kernels.delta_gpu.compile_check
 
 clean:
 	rm -rf $(VENV) .swarmfab out .pytest_cache .mypy_cache .ruff_cache

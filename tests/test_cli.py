@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
+from swarmfab.backends import cuda_device_available
 from swarmfab.cli import app
 from swarmfab.workloads.kda import KDA
 
@@ -104,6 +105,33 @@ def test_run_with_a_bad_goal_exits_2_with_one_clear_error(
     for fragment in fragments:
         assert fragment in result.output
     assert not (tmp_path / "wd").exists()  # nothing ran
+
+
+@pytest.mark.skipif(cuda_device_available(), reason="a CUDA device is present")
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_a_cuda_goal_on_a_host_without_a_device_exits_2_saying_why(
+    tmp_path: Path, command: str
+) -> None:
+    if command == "run":
+        goal = tmp_path / "goal.toml"
+        goal.write_text('workload = "kda"\ndevice = "cuda"\nshapes = [{B=1, T=8, H=1, K=8, V=8}]\n')
+        result = invoke("run", goal, "--db", tmp_path / "x.db", "--workdir", tmp_path / "wd")
+    else:
+        result = invoke("bench", "kda", "--device", "cuda", "--db", tmp_path / "x.db",
+                        "--workdir", tmp_path / "wd")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "no CUDA device" in result.output and 'device = "cpu"' in result.output
+    assert not (tmp_path / "wd").exists()  # nothing ran
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_verify_a_cuda_file_that_does_not_compile_names_the_line(tmp_path: Path) -> None:
+    kernel = tmp_path / "broken.cu"
+    kernel.write_text('extern "C" int kda_forward() {\n    return y;\n}\n')
+    result, verdict = verify_json(kernel, tmp_path / "wd")
+    assert result.exit_code != 0 and verdict["status"] == "build_failed"
+    assert 'broken.cu:2: error: identifier "y" is undefined' in verdict["reason"]
 
 
 def test_run_with_a_missing_goal_file_exits_2(tmp_path: Path) -> None:

@@ -154,3 +154,15 @@ def test_goal_file_without_shapes_targets_the_workloads_default_shapes(tmp_path:
     goal = load_goal(_goal_file(tmp_path, 'workload = "kda"\n'))
     assert goal.shapes is None
     assert goal.target_shapes() == list(get_workload("kda").default_shapes)
+
+
+def test_a_cuda_goal_is_valid_and_keeps_the_gpu_baselines_apart(tmp_path: Path) -> None:
+    path = tmp_path / "goal.toml"
+    path.write_text(_with_shapes("{B=1, T=8, H=1, K=8, V=8}", 'device = "cuda"'))
+    assert load_goal(path).device == "cuda"
+    kda = KDA()
+    # fla's kernels are never among the CPU defaults; without fla a GPU goal times the
+    # PyTorch baselines on the device
+    assert not set(kda.default_baselines("cpu")) & kda.cuda_baselines
+    if not kda.fla_baselines():
+        assert kda.default_baselines("cuda") == kda.default_baselines("cpu")

@@ -75,7 +75,18 @@ def _evaluator(
                             goal.tolerance.max_abs or defaults.max_abs_ratio)
     return Evaluator(workload, shapes or goal.target_shapes(), workdir / "cache",
                      threads=goal.threads, tolerances=tolerances,
-                     limits=Limits(wall_s=goal.eval_timeout_s), seed=goal.seed, cases=corpus)
+                     limits=Limits(wall_s=goal.eval_timeout_s), seed=goal.seed, cases=corpus,
+                     device=goal.device)
+
+
+def _require_device(device: str) -> None:
+    """A goal for a CUDA device stops here, with the reason, on a host without one."""
+    from swarmfab.backends import cuda_device_available
+
+    if device == "cuda" and not cuda_device_available():
+        raise GoalError("the goal asks for device = \"cuda\" but this host has no CUDA "
+                        "device (torch.cuda.is_available() is False); run it on a GPU host "
+                        "or set device = \"cpu\"")
 
 
 @app.command()
@@ -166,7 +177,8 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
     from swarmfab.report.progress import LiveProgress
     from swarmfab.swarm import Run
 
-    space = design_space(goal.workload)
+    _require_device(goal.device)
+    space = design_space(goal.workload, goal.device)
     agents: list[Any] = []
     reviewer = None
     if "llm" in goal.agents:  # first: a bad key or model fails before any work is done
@@ -213,7 +225,7 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
 @friendly
 def verify(
     workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
-    file: Annotated[Path, typer.Argument(help="Candidate: a .c or .py file.")],
+    file: Annotated[Path, typer.Argument(help="Candidate: a .c, .cu or .py file.")],
     as_json: JsonOption = False,
     threads: Annotated[int | None, typer.Option(help="Threads for the candidate.")] = None,
     fuzz: Annotated[int, typer.Option(help="Random cases added to the corpus cases.")] = 8,
@@ -229,16 +241,21 @@ def verify(
     """
     import random
 
+    from swarmfab.backends import cuda_device_available
     from swarmfab.goal import default_goal
     from swarmfab.records import Status
     from swarmfab.report import verdict_table
     from swarmfab.verify import draw_cases
 
-    goal = default_goal(workload).with_overrides(threads=threads)
+    candidate = _candidate_from_file(workload, file, backend)
+    # GPU candidates run on the device where there is one (elsewhere they still build,
+    # so compile errors are reported, and loading says why it cannot run)
+    on_gpu = candidate.backend in ("cuda", "triton") and cuda_device_available()
+    goal = default_goal(workload).with_overrides(threads=threads,
+                                                 device="cuda" if on_gpu else None)
     store = Store(db)
     evaluator = _evaluator(goal, workdir, store)
     drawn = draw_cases(evaluator.workload, random.Random(seed), fuzz)
-    candidate = _candidate_from_file(workload, file, backend)
     verdict = evaluator.verify(candidate, [*evaluator.cases, *drawn])
     failed = verdict.failed_check
     found = evaluator.case_of(failed, drawn) if failed else None
@@ -289,6 +306,9 @@ def bench(
     baseline: Annotated[list[str] | None, typer.Option(
         help="Baselines to time (repeatable; default: the standard ones; torch-compile "
              "is opt-in: it compiles for a while in every job).")] = None,
+    device: Annotated[str, typer.Option(
+        help="cpu, or cuda: time on the CUDA device (CUDA events, L2 flushed; the "
+             "default baselines are then fla's kernels where fla is installed).")] = "cpu",
     workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
 ) -> None:
     """Time baselines (and a candidate) side by side: medians, CIs, speedups, roofline."""
@@ -299,21 +319,22 @@ def bench(
     from swarmfab.report import bench_table
     from swarmfab.swarm.hosts import host_peaks
 
-    goal = default_goal(workload).with_overrides(threads=threads)
+    goal = default_goal(workload).with_overrides(threads=threads, device=device)
+    _require_device(goal.device)
     shapes = [parse_shape(s) for s in shape] if shape else None
     store = Store(db)
     evaluator = _evaluator(goal, workdir, store, shapes)
-    evaluator.peaks = host_peaks(store, goal.threads, evaluator.limits)
+    evaluator.peaks = host_peaks(store, goal.threads, evaluator.limits, device=goal.device)
     contenders = []
     if candidate is not None:
-        chosen = _bench_candidate(store, workload, candidate, run_id, goal.threads)
+        chosen = _bench_candidate(store, workload, candidate, run_id, goal.threads, goal.device)
         verdict = evaluator.verify(chosen)
         if verdict.status.value != "accepted":
             errors.print(f"[red]the candidate is not verified:[/] {verdict.reason}")
             raise typer.Exit(1)
         contenders.append(Implementation("candidate", artifact=evaluator.build(chosen)))
     known = evaluator.workload.baselines()
-    names = baseline or evaluator.workload.default_baselines()
+    names = baseline or evaluator.workload.default_baselines(goal.device)
     unknown = [name for name in names if name not in known]
     if unknown:
         raise GoalError(f"--baseline {', '.join(unknown)}: {workload} has {', '.join(known)}")
@@ -326,16 +347,18 @@ def bench(
     else:
         title = (f"{workload}: side by side, {goal.threads} thread(s), "
                  f"{'cold' if cold else 'warm'} cache")
+        if goal.device == "cuda":
+            title = f"{workload}: side by side on the CUDA device (L2 flushed before every sample)"
         console.print(bench_table(tables, title))
 
 
 def _bench_candidate(store: Store, workload: str, which: str, run_id: str | None,
-                     threads: int) -> Any:
+                     threads: int, device: str = "cpu") -> Any:
     from swarmfab.errors import StoreError
     from swarmfab.kernels import design_space
 
     if which == "default":
-        space = design_space(workload)
+        space = design_space(workload, device)
         return space.instantiate(space.default(), threads=threads)
     if which == "champion":
         record = store.run(run_id)

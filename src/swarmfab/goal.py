@@ -141,7 +141,7 @@ class Goal(_Strict):
     workload: str
     # None: the workload's own default shapes; an explicit list must not be empty
     shapes: Annotated[list[ShapeSpec] | None, Field(min_length=1, max_length=32)] = None
-    device: Literal["cpu"] = "cpu"
+    device: Literal["cpu", "cuda"] = "cpu"  # cuda: the GPU design space and baselines
     dtype: Literal["float32"] = "float32"
     metric: Literal["latency"] = "latency"
     agents: Annotated[list[Literal["builtin", "llm"]], Field(min_length=1)] = ["builtin"]

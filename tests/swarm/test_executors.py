@@ -79,6 +79,20 @@ def test_pool_size_follows_the_host() -> None:
     assert default_workers(cores=1, threads=8) == 1
 
 
+def test_a_cuda_evaluator_runs_one_evaluation_at_a_time(tmp_path: Path) -> None:
+    """Two benchmarks on one device would disturb each other's timings."""
+    workload = get_workload("kda")
+    evaluator = Evaluator(workload, workload.default_shapes, tmp_path, threads=1,
+                          tolerances=workload.tolerances(torch.float32), limits=Limits(),
+                          cores=CoreBroker((0, 1)), device="cuda")
+    executor = LocalExecutor(evaluator, workers=2)
+    try:
+        assert executor.capacity == 1
+        assert evaluator.recipe().device == "cuda"
+    finally:
+        executor.close()
+
+
 # -- jobs on leased cores, and cancelled ---------------------------------------------------
 def _affinity() -> list[int]:
     return sorted(os.sched_getaffinity(0))

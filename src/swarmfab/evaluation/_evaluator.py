@@ -80,13 +80,15 @@ class EvaluatorRecipe:
     policy: TimingPolicy
     seed: int
     peaks: HostPeaks | None
+    device: str = "cpu"
 
     def build(self, cache_dir: Path, cases: list[Case]) -> Evaluator:
         from swarmfab.workloads import get_workload
 
         return Evaluator(get_workload(self.workload), self.target_shapes, cache_dir,
                          threads=self.threads, tolerances=self.tolerances, limits=self.limits,
-                         policy=self.policy, seed=self.seed, cases=cases, peaks=self.peaks)
+                         policy=self.policy, seed=self.seed, cases=cases, peaks=self.peaks,
+                         device=self.device)
 
 
 class Evaluator:
@@ -111,8 +113,10 @@ class Evaluator:
         cases: list[Case] | None = None,
         peaks: HostPeaks | None = None,
         cores: CoreBroker | None = None,
+        device: str = "cpu",
     ):
         self.workload = workload
+        self.device = device  # where candidates and baselines run: "cpu" or "cuda"
         self.target_shapes = list(target_shapes)
         self.seed = seed
         self.cache_dir = cache_dir
@@ -145,7 +149,8 @@ class Evaluator:
         """How to make an equivalent evaluator elsewhere (another process or machine)."""
         workload = self.workload.source_file or self.workload.name
         return EvaluatorRecipe(str(workload), tuple(self.target_shapes), self.threads,
-                               self.tolerances, self.limits, self.policy, self.seed, self.peaks)
+                               self.tolerances, self.limits, self.policy, self.seed, self.peaks,
+                               self.device)
 
     # -- references ----------------------------------------------------------------
     def reference(self, case: Case, nudged: bool = False) -> Outputs:
@@ -274,7 +279,8 @@ class Evaluator:
         limits = self._limits_for([impl for _, impls in plan for impl in impls])
         plan, stage = _staged(plan)
         outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads, self.policy,
-                          "candidate", limits=limits, stage={**stage, **self._stage})
+                            "candidate", self.device, limits=limits,
+                            stage={**stage, **self._stage})
         if outcome.status is not JobStatus.OK:
             return job_failed(candidate, outcome, "benchmark", started, verified)
         checks = list(verified)
@@ -303,7 +309,7 @@ class Evaluator:
         limits = self._limits_for(implementations)
         plan, stage = _staged([(case, implementations) for case in self.targets])
         outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads, policy,
-                          None, limits=limits, stage={**stage, **self._stage})
+                            None, self.device, limits=limits, stage={**stage, **self._stage})
         if outcome.status is not JobStatus.OK:
             raise MeasurementError(f"side-by-side benchmark failed: {outcome.detail}")
         reference = implementations[0].name
@@ -325,13 +331,18 @@ class Evaluator:
     # -- helpers -------------------------------------------------------------------
     def _limits_for(self, implementations: list[Implementation]) -> Limits:
         """A baseline or candidate that compiles at first call (torch.compile) needs to
-        start the compiler and write large intermediate files; only such jobs get that."""
+        start the compiler and write large intermediate files; only such jobs get that.
+        On a CUDA device no address-space limit is set: the driver reserves far more
+        virtual memory than it uses."""
+        limits = self.limits
+        if self.device == "cuda":
+            limits = dataclasses.replace(limits, memory_bytes=None)
         compiling = self.workload.compiling_baselines
         if not any(impl.baseline in compiling or (
                 impl.artifact is not None and get_backend(impl.artifact.backend).needs_processes)
                 for impl in implementations):
-            return self.limits
-        return dataclasses.replace(self.limits, allow_processes=True,
+            return limits
+        return dataclasses.replace(limits, allow_processes=True,
                                    file_bytes=max(self.limits.file_bytes, 2**31),
                                    wall_s=max(self.limits.wall_s, 600.0))
 
@@ -361,6 +372,7 @@ class Evaluator:
         with self.cores.lease(self.threads) as cores, ThreadPoolExecutor(max_workers=1) as pool:
             references = pool.submit(self._pinned_references, cores, cases)
             outcome = self._job(run_cases, self._job_workload, staged, cases, self.threads,
+                                self.device,
                                 limits=self._limits_for([Implementation("candidate", artifact)]),
                                 stage={str(staged.path): artifact.path, **self._stage},
                                 cores=cores)

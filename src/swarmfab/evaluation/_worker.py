@@ -17,8 +17,9 @@ import torch
 
 from swarmfab.backends import Artifact, get_backend
 from swarmfab.measure import TimingPolicy, time_interleaved
+from swarmfab.measure.timer import Stopwatch
 from swarmfab.records import Candidate
-from swarmfab.verify import probes
+from swarmfab.verify import gpu_probes, probes
 from swarmfab.workloads import Case, Forward, Inputs, Outputs, Workload, get_workload
 
 __all__ = ["CaseRun", "Implementation", "ShapeRun", "benchmark_shapes", "run_cases"]
@@ -77,20 +78,34 @@ def _call(workload: Workload, forward: Forward, inputs: Inputs) -> Outputs:
 
 
 def _detached(outputs: Outputs) -> dict[str, torch.Tensor]:
-    return {name: value.detach().clone() for name, value in outputs.items()}
+    """A copy in host memory (the parent compares on the CPU)."""
+    return {name: value.detach().to("cpu", copy=True) for name, value in outputs.items()}
+
+
+def _on_device(inputs: Inputs, device: str) -> dict[str, torch.Tensor | float | None]:
+    """The inputs where the implementations run (the same tensors on the CPU)."""
+    return {name: value.to(device) if isinstance(value, torch.Tensor) else value
+            for name, value in inputs.items()}
 
 
 def run_cases(
-    workload_name: str, artifact: Artifact, cases: list[Case], threads: int
+    workload_name: str, artifact: Artifact, cases: list[Case], threads: int,
+    device: str = "cpu",
 ) -> list[CaseRun]:
-    """Run a candidate on every case under the probes; a case that raises is reported."""
+    """Run a candidate on every case under the probes; a case that raises is reported.
+
+    On a CUDA device this job is the first to touch the device in its (fresh) process,
+    and the allocator's cache is filled with NaN before the candidate loads, so an
+    output it allocates but never writes cannot inherit an earlier answer."""
     torch.set_num_threads(threads)
+    if device == "cuda":
+        gpu_probes.poison_device_memory()
     workload = get_workload(workload_name)
     forward = get_backend(artifact.backend).load(artifact, workload, fill_outputs=True)
     runs = []
     for case in cases:
         try:
-            runs.append(_probe_case(workload, forward, case))
+            runs.append(_probe_case(workload, forward, case, device))
         except Exception as exc:  # the candidate's failure is data, not a worker failure
             runs.append(CaseRun(case.name, error=f"raised {type(exc).__name__}: {exc}"))
     if runs and runs[-1].error is None:
@@ -102,8 +117,8 @@ def run_cases(
     return runs
 
 
-def _probe_case(workload: Workload, forward: Forward, case: Case) -> CaseRun:
-    inputs = workload.make_inputs(case)
+def _probe_case(workload: Workload, forward: Forward, case: Case, device: str) -> CaseRun:
+    inputs = _on_device(workload.make_inputs(case), device)
     pristine = probes.snapshot(inputs)
     outputs = _call(workload, forward, inputs)
     findings = {
@@ -125,7 +140,7 @@ def _probe_case(workload: Workload, forward: Forward, case: Case) -> CaseRun:
     twin_outputs = _detached(_call(workload, forward, inputs))
     probes.write_into(inputs, probes.nudged(twin, probes.nudge_seed(case)))  # same buffers
     nudged_outputs = _detached(_call(workload, forward, inputs))
-    again = _detached(_call(workload, forward, probes.snapshot(twin)))  # new tensors
+    again = _detached(_call(workload, forward, _on_device(probes.snapshot(twin), device)))
     same = all(torch.equal(again[n], twin_outputs[n]) for n in twin_outputs)
     findings["deterministic"] = "" if same else "the same inputs gave different outputs"
     return CaseRun(case.name, outputs=first, twin_outputs=twin_outputs,
@@ -143,6 +158,7 @@ def benchmark_shapes(
     threads: int,
     policy: TimingPolicy,
     checked: str | None,
+    device: str = "cpu",
 ) -> list[ShapeRun]:
     """Time implementations side by side on each case's shape.
 
@@ -150,20 +166,21 @@ def benchmark_shapes(
     ``checked`` names one of them, its outputs are returned too, so the parent can verify
     it on the very shapes it is timed on: once from a sentinel-filled call before timing,
     and once from a timed call picked at random (a kernel that behaves only when its
-    outputs start as NaN is caught there).
+    outputs start as NaN is caught there). On a CUDA device the samples are CUDA events
+    around device-wide synchronisations, with the L2 flushed before each.
     """
     _pin(threads)
     workload = get_workload(workload_name)
+    stopwatch = _stopwatch(device)
     results = []
     for case, implementations in plan:
-        inputs = workload.make_inputs(case)
+        inputs = _on_device(workload.make_inputs(case), device)
         outputs = None
         try:
             if checked is not None:
                 chosen = next(i for i in implementations if i.name == checked)
                 forward = chosen.load(workload, fill_outputs=True)
-                produced = _call(workload, forward, inputs)
-                outputs = {name: value.detach().clone() for name, value in produced.items()}
+                outputs = _detached(_call(workload, forward, inputs))
             calls: dict[str, Callable[[], object]] = {
                 impl.name: _bind(workload, impl.load(workload, fill_outputs=False), inputs)
                 for impl in implementations
@@ -172,10 +189,11 @@ def benchmark_shapes(
             if checked is not None:
                 pick = _SECRET_CHOICE.randint(policy.warmup_calls + 1,
                                               policy.warmup_calls + policy.min_rounds)
-                twin = workload.make_inputs(probes.twin_case(case))
+                twin = _on_device(workload.make_inputs(probes.twin_case(case)), device)
                 calls[checked] = spy = _Spy(calls[checked], pick, inputs, twin)
             with torch.no_grad():
-                seconds = time_interleaved(calls, policy, reference=implementations[0].name)
+                seconds = time_interleaved(calls, policy, reference=implementations[0].name,
+                                           stopwatch=stopwatch)
         except Exception as exc:
             results.append(ShapeRun(case.shape.label, error=f"raised {type(exc).__name__}: {exc}"))
             continue
@@ -186,6 +204,15 @@ def benchmark_shapes(
 
 
 _SECRET_CHOICE = random.SystemRandom()
+
+
+def _stopwatch(device: str) -> Stopwatch | None:
+    """CUDA events with an L2 flush on a GPU; None: the host clock, per the policy."""
+    if device != "cuda":
+        return None
+    from swarmfab.measure.gpu import DeviceStopwatch
+
+    return DeviceStopwatch()
 
 
 class _Spy:

@@ -6,11 +6,13 @@ from swarmfab.kernels._space import DesignSpace, Knob, KnobValue, Setting
 __all__ = ["DesignSpace", "Knob", "KnobValue", "Setting", "design_space"]
 
 
-def design_space(workload: str) -> DesignSpace:
-    """The design space a workload declares (built-in or from a user's workload file)."""
+def design_space(workload: str, device: str = "cpu") -> DesignSpace:
+    """The design space a workload declares for ``device`` (built-in or from a user's
+    workload file): its CPU space, or its GPU space for "cuda"."""
     from swarmfab.workloads import get_workload
 
-    space = get_workload(workload).design_space()
+    found = get_workload(workload)
+    space = found.gpu_design_space() if device == "cuda" else found.design_space()
     if space is None:
-        raise WorkloadError(f"workload {workload!r} declares no design space to search")
+        raise WorkloadError(f"workload {workload!r} declares no {device} design space to search")
     return space

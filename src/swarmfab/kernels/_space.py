@@ -43,13 +43,18 @@ class Knob:
 
 @dataclass(frozen=True, slots=True)
 class DesignSpace:
-    """Knobs plus a renderer from a full setting to sources, entry file and flags."""
+    """Knobs plus a renderer from a full setting to sources, entry file and flags.
+
+    ``backend_for`` picks the backend per setting when one space spans several kinds of
+    source (a Triton and a CUDA template); by default every candidate uses ``backend``.
+    """
 
     name: str
     workload: str
     backend: str
     knobs: tuple[Knob, ...]
     render: Callable[[Setting, int], tuple[dict[str, str], str, tuple[str, ...]]]
+    backend_for: Callable[[Setting], str] | None = None
 
     @property
     def domains(self) -> list[str]:
@@ -80,6 +85,8 @@ class DesignSpace:
         self.validate(setting)
         sources, entry, flags = self.render(setting, threads)
         return Candidate(
-            workload=self.workload, backend=self.backend, sources=sources, entry=entry,
+            workload=self.workload,
+            backend=self.backend if self.backend_for is None else self.backend_for(setting),
+            sources=sources, entry=entry,
             flags=flags, knobs=dict(setting), parents=parents, agent=agent, rationale=rationale,
         )

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["IMPOSSIBLE_FRACTION", "HostPeaks", "host_fingerprint", "measure_peaks"]
+__all__ = [
+    "IMPOSSIBLE_FRACTION",
+    "HostPeaks",
+    "device_fingerprint",
+    "host_fingerprint",
+    "measure_device_peaks",
+    "measure_peaks",
+]
 
 IMPOSSIBLE_FRACTION = 2.0  # a kernel "faster" than twice the bound is rejected
 _GEMM_N = 2048
@@ -65,8 +72,48 @@ def _best_seconds(call: Callable[[], object], repeats: int) -> float:
     return min(times)
 
 
-def measure_peaks(threads: int) -> HostPeaks:
-    """Measure float32 GEMM FLOP/s and copy bandwidth with ``threads`` threads (~2 s)."""
+def device_fingerprint() -> str:
+    """The CUDA device's name and capability: GPU peaks are reused on the same model."""
+    major, minor = torch.cuda.get_device_capability()
+    return f"{torch.cuda.get_device_name()} | sm_{major}{minor} | cuda"
+
+
+def _device_seconds(call: Callable[[], object], repeats: int) -> float:
+    """The fastest of ``repeats`` calls, each bracketed by device synchronisations."""
+
+    def synchronised() -> None:
+        call()
+        torch.cuda.synchronize()
+
+    torch.cuda.synchronize()
+    return _best_seconds(synchronised, repeats)
+
+
+def measure_device_peaks() -> HostPeaks:
+    """The CUDA device's float32-input GEMM rate (TF32 tensor cores allowed: the fastest
+    way float32 inputs can be multiplied, so no honest kernel beats it) and copy
+    bandwidth."""
+    n = 8192
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        a = torch.randn(n, n, device="cuda")
+        b = torch.randn(n, n, device="cuda")
+        gemm = _device_seconds(lambda: torch.mm(a, b), repeats=10)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+    size = 2 * 2**30
+    source = torch.ones(size // 4, device="cuda")
+    target = torch.empty_like(source)
+    copy = _device_seconds(lambda: target.copy_(source), repeats=10)
+    return HostPeaks(device_fingerprint(), 2 * n**3 / gemm, 2 * size / copy)
+
+
+def measure_peaks(threads: int, device: str = "cpu") -> HostPeaks:
+    """Measure float32 GEMM FLOP/s and copy bandwidth with ``threads`` threads (~2 s),
+    or the CUDA device's when ``device`` is "cuda"."""
+    if device == "cuda":
+        return measure_device_peaks()
     torch.set_num_threads(threads)
     a = torch.randn(_GEMM_N, _GEMM_N)
     b = torch.randn(_GEMM_N, _GEMM_N)

@@ -14,12 +14,20 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from swarmfab.measure.stats import paired_ratio
 
-__all__ = ["CONFIRMATION", "TimingPolicy", "last_level_cache_bytes", "time_interleaved"]
+__all__ = [
+    "CONFIRMATION",
+    "HostStopwatch",
+    "Stopwatch",
+    "TimingPolicy",
+    "last_level_cache_bytes",
+    "time_interleaved",
+]
 
 _clock = time.perf_counter  # captured at import, before any candidate code is loaded
 
@@ -45,32 +53,57 @@ CONFIRMATION = TimingPolicy(min_rounds=10, max_rounds=200, max_seconds=8.0, targ
 """A stricter policy for figures shown to the user (the closing table, ``swarmfab bench``)."""
 
 
+class Stopwatch(Protocol):
+    """Where a sample's time comes from (the host clock, or CUDA events on a device)."""
+
+    cold: bool  # True: caches are evicted before every sample, which times one call
+
+    def evict(self, round_index: int) -> None:
+        """Evict the caches before a sample (untimed); nothing when warm."""
+
+    def seconds(self, call: Callable[[], object], repeats: int) -> float:
+        """Seconds per call over ``repeats`` back-to-back calls, all work finished."""
+
+
+class HostStopwatch:
+    """The CPU's clock; a cold cache is made by writing ``flush_bytes`` before a sample."""
+
+    def __init__(self, flush_bytes: int = 0):
+        self.cold = flush_bytes > 0
+        self._scratch = np.empty(flush_bytes, dtype=np.uint8) if flush_bytes else None
+
+    def evict(self, round_index: int) -> None:
+        if self._scratch is not None:
+            self._scratch.fill(round_index & 0xFF)
+
+    def seconds(self, call: Callable[[], object], repeats: int) -> float:
+        begin = _clock()
+        for _ in range(repeats):
+            call()
+        return (_clock() - begin) / repeats
+
+
 def time_interleaved(
-    calls: dict[str, Callable[[], object]], policy: TimingPolicy, reference: str
+    calls: dict[str, Callable[[], object]], policy: TimingPolicy, reference: str,
+    stopwatch: Stopwatch | None = None,
 ) -> dict[str, list[float]]:
     """Seconds per call for each implementation, over the same rounds.
 
-    Precision is judged on each implementation's ratio to ``reference``.
+    Precision is judged on each implementation's ratio to ``reference``. ``stopwatch``
+    defaults to the host clock with the policy's cache flush.
     """
+    watch = stopwatch or HostStopwatch(policy.flush_bytes)
     names = list(calls)
-    shortest = _warm_up(calls, policy.warmup_calls)
+    shortest = _warm_up(calls, policy.warmup_calls, watch)
     # cold samples time one call each: repeating it would warm the cache again
-    inner = max(1, math.ceil(policy.min_sample_s / max(shortest, 1e-9)))
-    if policy.flush_bytes:
-        inner = 1
-    scratch = np.empty(policy.flush_bytes, dtype=np.uint8) if policy.flush_bytes else None
+    inner = 1 if watch.cold else max(1, math.ceil(policy.min_sample_s / max(shortest, 1e-9)))
     samples: dict[str, list[float]] = {name: [] for name in names}
     started = _clock()
     for round_index in range(policy.max_rounds):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
-            call = calls[name]
-            if scratch is not None:
-                scratch.fill(round_index & 0xFF)  # evict the caches, untimed
-            begin = _clock()
-            for _ in range(inner):
-                call()
-            samples[name].append((_clock() - begin) / inner)
+            watch.evict(round_index)  # untimed
+            samples[name].append(watch.seconds(calls[name], inner))
         if round_index + 1 >= policy.min_rounds and (
             _precise(samples, reference, policy.target_width)
             or _clock() - started > policy.max_seconds
@@ -79,7 +112,9 @@ def time_interleaved(
     return samples
 
 
-def _warm_up(calls: dict[str, Callable[[], object]], count: int, settle: float = 0.05) -> float:
+def _warm_up(
+    calls: dict[str, Callable[[], object]], count: int, watch: Stopwatch, settle: float = 0.05
+) -> float:
     """Warm every implementation in lock-step rounds: at least ``count`` rounds, then until
     each one's last two calls agree within ``settle`` (caches, page faults and lazy
     initialisation are done); at most 4x ``count`` rounds or one second. Everyone gets the
@@ -89,9 +124,7 @@ def _warm_up(calls: dict[str, Callable[[], object]], count: int, settle: float =
     for index in range(max(1, 4 * count)):
         settled = True
         for name, call in calls.items():
-            begin = _clock()
-            call()
-            seconds = _clock() - begin
+            seconds = watch.seconds(call, 1)
             best = min(best, seconds)
             settled &= abs(seconds - previous[name]) <= settle * min(seconds, previous[name])
             previous[name] = seconds

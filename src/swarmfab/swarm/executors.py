@@ -78,6 +78,8 @@ class LocalExecutor:
     def __init__(self, evaluator: Evaluator, workers: int | None = None):
         self.evaluator = evaluator
         self.capacity = workers or default_workers(len(evaluator.cores.cores), evaluator.threads)
+        if evaluator.device == "cuda":  # one device: two benchmarks on it would disturb both
+            self.capacity = 1
         self._pool = ThreadPoolExecutor(self.capacity, thread_name_prefix="swarmfab-worker")
         # with several workers, references computed in this process must stay on their
         # worker's leased cores: no intra-op thread pool spilling onto other cores

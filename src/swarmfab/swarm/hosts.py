@@ -8,6 +8,8 @@ figures when there are some.
 
 from __future__ import annotations
 
+import dataclasses
+
 from swarmfab.errors import MeasurementError
 from swarmfab.knowledge import Store
 from swarmfab.measure.roofline import HostPeaks, host_fingerprint, measure_peaks
@@ -17,13 +19,19 @@ __all__ = ["host_peaks"]
 
 
 def host_peaks(
-    store: Store, threads: int, limits: Limits | None = None, *, refresh: bool = False
+    store: Store, threads: int, limits: Limits | None = None, *, refresh: bool = False,
+    device: str = "cpu",
 ) -> HostPeaks:
-    """This host's peaks with ``threads`` threads: stored, or measured in a clean process."""
-    stored = store.host_peaks(host_fingerprint(threads))
+    """This host's peaks with ``threads`` threads (or its CUDA device's): stored, or
+    measured in a clean process."""
+    if device == "cuda":  # the device is measured in the job; stored under its own name
+        limits = dataclasses.replace(limits or Limits(), memory_bytes=None)
+        stored = None
+    else:
+        stored = store.host_peaks(host_fingerprint(threads))
     if stored is not None and not refresh:
         return stored
-    outcome = run_job(measure_peaks, threads, limits=limits)
+    outcome = run_job(measure_peaks, threads, device, limits=limits)
     if outcome.status is not JobStatus.OK:
         raise MeasurementError(f"measuring this host's peaks failed: {outcome.detail}")
     measured: HostPeaks = outcome.value

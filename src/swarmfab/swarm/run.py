@@ -219,7 +219,7 @@ class Run:
         self._phase("computing references and host peaks")
         self.evaluator.prepare()
         self.evaluator.peaks = host_peaks(self.store, self.goal.threads, self.evaluator.limits,
-                                          refresh=True)
+                                          refresh=True, device=self.goal.device)
         peaks = self.evaluator.peaks
         self.log(f"host peaks: {peaks.flops_per_s / 1e9:.0f} GFLOP/s float32 GEMM, "
                  f"{peaks.bytes_per_s / 1e9:.1f} GB/s copy ({self.goal.threads} threads)")
@@ -236,9 +236,10 @@ class Run:
         incumbent: candidates are then never timed in a job that may start processes."""
         workload = self.evaluator.workload
         compiling = workload.compiling_baselines
-        names = list(self.goal.baselines or workload.default_baselines())
+        defaults = workload.default_baselines(self.goal.device)
+        names = list(self.goal.baselines or defaults)
         if all(name in compiling for name in names):  # someone must be able to be incumbent
-            names += [n for n in workload.default_baselines() if n not in compiling]
+            names += [n for n in defaults if n not in compiling]
         eligible = [name for name in names if name not in compiling]
         tables = self.evaluator.side_by_side(
             [Implementation(n, baseline=n) for n in names], CALIBRATION

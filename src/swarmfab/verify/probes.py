@@ -111,8 +111,14 @@ def aliased_outputs(outputs: Mapping[str, torch.Tensor], inputs: Inputs) -> tupl
 
 
 def unsettled_outputs(outputs: Mapping[str, torch.Tensor]) -> tuple[str, ...]:
-    """Outputs that still change after the call returned (re-read after a pause)."""
+    """Outputs that still change after the call returned (re-read after a pause).
+
+    On a CUDA device the first read is queued on the caller's stream, as a user's next
+    operation would be; the second follows a device-wide synchronisation, so work left
+    on a side stream (unordered with the caller's) shows as a change."""
     first = {n: t.detach().clone() for n, t in outputs.items() if isinstance(t, torch.Tensor)}
+    if any(t.is_cuda for t in first.values()):
+        torch.cuda.synchronize()
     time.sleep(SETTLE_SECONDS)
     return tuple(n for n, t in first.items() if not torch.equal(t, outputs[n]))
 

@@ -169,10 +169,16 @@ class Workload(ABC):
     source_file: str | None = None  # set by swarmfab when loaded from a user's file
     opt_in_baselines: frozenset[str] = frozenset()  # timed only when asked for by name
     compiling_baselines: frozenset[str] = frozenset()  # start a compiler when first called
+    cuda_baselines: frozenset[str] = frozenset()  # run on a CUDA device only (fla's kernels)
 
-    def default_baselines(self) -> list[str]:
-        """The baselines timed unless the user names others."""
-        return [name for name in self.baselines() if name not in self.opt_in_baselines]
+    def default_baselines(self, device: str = "cpu") -> list[str]:
+        """The baselines timed unless the user names others: on a CUDA device the GPU
+        ones where there are some, elsewhere every standard one that runs on the CPU."""
+        names = [name for name in self.baselines() if name not in self.opt_in_baselines]
+        on_gpu = [name for name in names if name in self.cuda_baselines]
+        if device == "cuda" and on_gpu:
+            return on_gpu
+        return [name for name in names if name not in self.cuda_baselines]
 
     @abstractmethod
     def make_inputs(self, case: Case, dtype: torch.dtype = torch.float32) -> Inputs:
@@ -201,11 +207,14 @@ class Workload(ABC):
         requested (a NULL pointer it writes anyway) is caught."""
         return None
 
-    def wrap_c(self, function: CFunction, *, fill_outputs: bool = True) -> Forward:
+    def wrap_c(
+        self, function: CFunction, *, fill_outputs: bool = True, device: str = "cpu"
+    ) -> Forward:
         """Adapt a compiled ``c_symbol`` to the Python signature (sets argtypes).
 
         With ``fill_outputs`` the output buffers start as NaN, so an element the kernel
-        never writes fails verification instead of passing by luck.
+        never writes fails verification instead of passing by luck. With ``device`` =
+        "cuda" the pointers are device pointers (a CUDA kernel with the same ABI).
         """
         raise CandidateError(f"workload {self.name} declares no C ABI; give a Python file")
 
@@ -223,6 +232,10 @@ class Workload(ABC):
 
     def design_space(self) -> DesignSpace | None:
         """The space built-in agents search for ``swarmfab run``; None: nothing to search."""
+        return None
+
+    def gpu_design_space(self) -> DesignSpace | None:
+        """The space searched for a goal with ``device = "cuda"``; None: nothing to search."""
         return None
 
     def tolerances(self, dtype: torch.dtype) -> Tolerances:

@@ -125,7 +125,9 @@ class GatedDeltaRule(Workload):
         return {"o": o}
 
     # -- compiled candidates --------------------------------------------------------
-    def wrap_c(self, function: CFunction, *, fill_outputs: bool = True) -> Forward:
+    def wrap_c(
+        self, function: CFunction, *, fill_outputs: bool = True, device: str = "cpu"
+    ) -> Forward:
         function.argtypes = _C_ARGTYPES
         function.restype = ctypes.c_int
 
@@ -135,13 +137,14 @@ class GatedDeltaRule(Workload):
             initial_state: torch.Tensor | None = None, output_final_state: bool = False,
         ) -> tuple[torch.Tensor, torch.Tensor | None]:
             q, k, v, g, beta = (x.contiguous().float() for x in (q, k, v, g, beta))
+            _on(device, q, k, v, g, beta, initial_state)
             batch, steps, heads, key_dim = q.shape
             value_heads, value_dim = v.shape[2], v.shape[3]
             h0 = None if initial_state is None else initial_state.contiguous().float()
             # when verifying, outputs start as NaN so any element left unwritten is caught
             state_shape = (batch, value_heads, key_dim, value_dim)
-            o = _output(v.shape, fill_outputs)
-            ht = _output(state_shape, fill_outputs) if output_final_state else None
+            o = _output(v.shape, fill_outputs, device)
+            ht = _output(state_shape, fill_outputs, device) if output_final_state else None
             status = function(
                 q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr(), beta.data_ptr(),
                 _pointer(h0), o.data_ptr(), _pointer(ht),
@@ -160,7 +163,12 @@ class GatedDeltaRule(Workload):
             "torch-recurrent": functools.partial(_baseline, self, _delta_math.recurrent),
             "torch-chunked": functools.partial(_baseline, self, _delta_math.chunked),
             "torch-compile": functools.partial(_baseline, self, _compiled_recurrent),
+            **self.fla_baselines(),
         }
+
+    def fla_baselines(self) -> dict[str, Forward]:
+        """fla's GPU kernels, where fla imports and a CUDA device is present (none here)."""
+        return {}
 
     def validation_cases(self) -> list[Case]:
         strong = Distribution(gate_divisor=0.1)
@@ -217,10 +225,17 @@ def _delta_shape(case: Case) -> Shape:
     return case.shape
 
 
-def _output(shape: tuple[int, ...] | torch.Size, fill: bool) -> torch.Tensor:
+def _output(shape: tuple[int, ...] | torch.Size, fill: bool, device: str = "cpu") -> torch.Tensor:
     if fill:
-        return torch.full(shape, math.nan, dtype=torch.float32)
-    return torch.empty(shape, dtype=torch.float32)
+        return torch.full(shape, math.nan, dtype=torch.float32, device=device)
+    return torch.empty(shape, dtype=torch.float32, device=device)
+
+
+def _on(device: str, *tensors: torch.Tensor | None) -> None:
+    """A compiled kernel dereferences raw pointers: every tensor must be where it runs."""
+    for tensor in tensors:
+        if tensor is not None and tensor.device.type != device:
+            raise KernelRefusedError(f"a {device} kernel was given a tensor on {tensor.device}")
 
 
 def _draw_beta(dist: Distribution, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:

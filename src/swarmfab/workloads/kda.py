@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from swarmfab.kernels import DesignSpace
+from swarmfab.workloads._base import Forward
 from swarmfab.workloads._delta import GatedDeltaRule
+from swarmfab.workloads._fla import FLA_BASELINES, fla_kda_baselines
 
 __all__ = ["KDA"]
 
@@ -14,3 +17,12 @@ class KDA(GatedDeltaRule):
     description = "Kimi Delta Attention: gated delta rule with per-key-channel decay"
     c_symbol = "kda_forward"
     gate_per_channel = True
+    cuda_baselines = frozenset(FLA_BASELINES)
+
+    def fla_baselines(self) -> dict[str, Forward]:
+        return fla_kda_baselines()
+
+    def gpu_design_space(self) -> DesignSpace:
+        from swarmfab.kernels.delta_gpu import gpu_space
+
+        return gpu_space(self.name)

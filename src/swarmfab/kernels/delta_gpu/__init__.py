@@ -1,0 +1,103 @@
+"""GPU design space of KDA: Triton chunked and per-token kernels, a CUDA per-token kernel.
+
+One space, three kernels, so the same built-in agents (one per knob domain) search it:
+the ``kernel`` knob picks the template and with it the backend (``triton`` or ``cuda``);
+the other knobs are rendered only into the template that reads them, so settings that
+differ in an unused knob give the same code, hence the same candidate, and are not
+evaluated twice.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from swarmfab.kernels._space import DesignSpace, Knob, Setting
+
+__all__ = [
+    "CUDA_TEMPLATE",
+    "KERNELS",
+    "TRITON_TEMPLATE",
+    "gpu_space",
+    "render_cuda",
+    "render_triton",
+]
+
+TRITON_TEMPLATE = "kda_triton.py.tmpl"
+CUDA_TEMPLATE = "kda_recurrent.cu"
+KERNELS = {  # kernel knob value -> (backend, template)
+    "triton-chunked": ("triton", TRITON_TEMPLATE),
+    "triton-recurrent": ("triton", TRITON_TEMPLATE),
+    "cuda-recurrent": ("cuda", CUDA_TEMPLATE),
+}
+_CUDA_FLAGS = ("-O3", "--use_fast_math")
+
+
+def template(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text()
+
+
+def render_triton(setting: Setting) -> str:
+    """The Triton template with its knob header (only the knobs its kernel reads)."""
+    chunked = setting["kernel"] == "triton-chunked"
+    header = [
+        "# knobs chosen by swarmfab",
+        f"ALGORITHM = {'chunked' if chunked else 'recurrent'!r}",
+        f"CHUNK = {setting['chunk'] if chunked else 0}",
+        f"BLOCK_V = {setting['block_v']}",
+        f"DOT_PRECISION = {setting['dot_precision'] if chunked else 'ieee'!r}",
+        f"NUM_WARPS = {setting['warps']}",
+    ]
+    return "\n".join(header) + "\n\n" + template(TRITON_TEMPLATE)
+
+
+def render_cuda(setting: Setting, symbol: str = "kda_forward") -> str:
+    """The CUDA template with its knob #defines."""
+    defines = [
+        "/* knobs chosen by swarmfab */",
+        f"#define KDA_SYMBOL {symbol}",
+        f"#define KDA_BV {setting['block_v']}",
+        f"#define KDA_KSPLIT {setting['k_split']}",
+        f"#define KDA_STATE_SHARED {1 if setting['state'] == 'shared' else 0}",
+    ]
+    return "\n".join(defines) + "\n\n" + template(CUDA_TEMPLATE)
+
+
+def _backend(setting: Setting) -> str:
+    return KERNELS[str(setting["kernel"])][0]
+
+
+def _render(setting: Setting, threads: int) -> tuple[dict[str, str], str, tuple[str, ...]]:
+    if _backend(setting) == "cuda":
+        return {"kda_recurrent.cu": render_cuda(setting)}, "kda_recurrent.cu", _CUDA_FLAGS
+    return {"kda_triton.py": render_triton(setting)}, "kda_triton.py", ()
+
+
+def gpu_space(workload: str = "kda") -> DesignSpace:
+    """KDA on one CUDA device. The default is the chunked kernel with tensor-core products
+    (tl.dot) at full float32 precision and chunk 16, the chunk ptxas spills least for at
+    K = 128 (``make gpu-compile-check`` prints the report); agents search around it."""
+    if workload != "kda":
+        raise ValueError(f"the GPU design space covers kda only, not {workload!r}")
+    return DesignSpace(
+        name="kda-gpu",
+        workload=workload,
+        backend="triton",
+        backend_for=_backend,
+        knobs=(
+            Knob("kernel", "algorithm", tuple(KERNELS), "triton-chunked",
+                 help="chunked WY/UT (tensor-core products) or per-token recurrence (decode)"),
+            Knob("chunk", "tiling", (16, 32, 64), 16, ordered=True,
+                 help="tokens per chunk of the chunked kernel"),
+            Knob("block_v", "tiling", (16, 32, 64, 128), 32, ordered=True,
+                 help="state columns per program/block (each keeps its tile on chip)"),
+            Knob("dot_precision", "tensor-cores", ("ieee", "tf32x3", "tf32"), "ieee",
+                 help="tl.dot inputs: exact float32, three TF32 passes, or one TF32 pass"),
+            Knob("warps", "parallelism", (2, 4, 8), 4, ordered=True,
+                 help="warps per Triton program"),
+            Knob("k_split", "parallelism", (1, 2, 4, 8), 4, ordered=True,
+                 help="CUDA: lanes sharing one state column (rows split, shuffle-reduced)"),
+            Knob("state", "memory", ("registers", "shared"), "registers",
+                 help="CUDA: where a block keeps its state tile"),
+        ),
+        render=_render,
+    )

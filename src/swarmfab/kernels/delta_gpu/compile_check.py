@@ -1,0 +1,214 @@
+"""Compile every GPU template for Hopper (sm_90) without a device: ``make gpu-compile-check``.
+
+CUDA: each knob value of the CUDA template at least once (the default setting, then one
+knob changed at a time), built by the real :class:`CudaBackend` (nvcc, sm_90a).
+Triton: each kernel of the Triton template, every chunk size and tensor-core precision,
+compiled by ``triton.compile`` for ``GPUTarget("cuda", 90, 32)`` down to a cubin.
+ptxas's report (registers, spills, shared memory) is printed for each: spills are the
+cheapest signal of a bad tile before any device time.
+
+Exit status: 0 when everything compiled; 1 when something failed to compile; 2 when
+nvcc or Triton is missing (the check cannot run: the message says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from swarmfab.kernels._space import Setting
+from swarmfab.kernels.delta_gpu import gpu_space, render_triton
+
+__all__ = ["Compiled", "cuda_settings", "main", "missing_tools", "triton_settings"]
+
+TRITON_TARGET = ("cuda", 90, 32)
+PTXAS_ARCH = "sm_90a"
+_SHAPE = {"H": 16, "HV": 16, "K": 128, "V": 128}  # fla's head size
+_POINTERS = ("q", "k", "v", "g", "beta", "h0", "o", "ht")
+_USAGE = re.compile(r"Used (\d+) registers.*?(?:(\d+) bytes smem)?$", re.MULTILINE)
+_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """One template setting compiled for sm_90: what ptxas reports, or the error."""
+
+    label: str
+    seconds: float
+    registers: int | None = None
+    spill_bytes: int | None = None
+    shared_bytes: int | None = None
+    error: str = ""
+
+
+def missing_tools() -> list[str]:
+    """What the check needs and this host lacks (nvcc and ptxas on PATH, Triton)."""
+    missing = [tool for tool in ("nvcc", "ptxas") if shutil.which(tool) is None]
+    if importlib.util.find_spec("triton") is None:
+        missing.append("triton (pip install 'swarmfab[gpu]')")
+    return missing
+
+
+def cuda_settings(quick: bool = False) -> Iterator[Setting]:
+    """The CUDA kernel's default setting, then every other value of its knobs, one at a time."""
+    space = gpu_space()
+    base = {**space.default(), "kernel": "cuda-recurrent"}
+    yield base
+    if quick:
+        return
+    for name in ("block_v", "k_split", "state"):
+        for value in space.knob(name).values:
+            if value != base[name]:
+                yield {**base, name: value}
+
+
+def triton_settings(quick: bool = False) -> Iterator[Setting]:
+    """Both Triton kernels; the chunked one at every chunk size and precision."""
+    space = gpu_space()
+    base = space.default()
+    yield {**base, "kernel": "triton-recurrent"}
+    yield base
+    if quick:
+        return
+    for chunk in (32, 64):
+        yield {**base, "chunk": chunk}
+    for precision in ("tf32x3", "tf32"):
+        yield {**base, "chunk": 16, "dot_precision": precision}
+
+
+def _label(setting: Setting) -> str:
+    keys = ("kernel", "chunk", "block_v", "dot_precision", "warps") if str(
+        setting["kernel"]).startswith("triton") else ("kernel", "block_v", "k_split", "state")
+    return " ".join(f"{key}={setting[key]}" for key in keys)
+
+
+def _ptxas_report(text: str) -> tuple[int | None, int | None, int | None]:
+    """Most registers, most spilled bytes and most shared memory over the kernels."""
+    usage = [(int(m[1]), int(m[2] or 0)) for m in _USAGE.finditer(text)]
+    spills = [int(m[1]) + int(m[2]) for m in _SPILLS.finditer(text)]
+    if not usage:
+        return None, None, None
+    return (max(r for r, _ in usage), max(spills, default=0), max(s for _, s in usage))
+
+
+def compile_cuda(setting: Setting, cache: Path) -> Compiled:
+    """Build with the real backend (nvcc for sm_90a, ptxas -v) and read its report."""
+    from swarmfab.backends.gpu import CudaBackend
+    from swarmfab.errors import BuildError
+
+    space, started = gpu_space(), time.monotonic()
+    candidate = space.instantiate(setting, threads=1)
+    try:
+        artifact = CudaBackend(arch=PTXAS_ARCH).build(candidate, cache)
+    except BuildError as exc:
+        return Compiled(_label(setting), time.monotonic() - started, error=str(exc))
+    report = (artifact.path.parent / "ptxas.txt").read_text()
+    return Compiled(_label(setting), time.monotonic() - started, *_ptxas_report(report))
+
+
+def compile_triton(setting: Setting, workdir: Path) -> Compiled:
+    """Render, import and compile the setting's kernel for sm_90 (no device needed)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    started = time.monotonic()
+    chunked = setting["kernel"] == "triton-chunked"
+    path = workdir / f"kda_triton_{abs(hash(_label(setting)))}.py"
+    path.write_text(render_triton(setting))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kernel = module.kda_chunked_kernel if chunked else module.kda_recurrent_kernel
+    constants: dict[str, object] = {
+        **_SHAPE, "BK": 128, "BV": int(setting["block_v"]), "HAS_H0": True, "STORE_HT": True,
+    }
+    if chunked:
+        constants.update(C=int(setting["chunk"]), PRECISION=str(setting["dot_precision"]))
+    signature = {name: "*fp32" for name in _POINTERS}
+    signature |= {"scale": "fp32", "T": "i32"} | dict.fromkeys(constants, "constexpr")
+    try:
+        compiled = triton.compile(ASTSource(kernel, signature, constants),
+                                  target=GPUTarget(*TRITON_TARGET),
+                                  options={"num_warps": int(setting["warps"])})
+    except Exception as exc:  # Triton raises many kinds; all mean "does not compile"
+        return Compiled(_label(setting), time.monotonic() - started,
+                        error=f"{type(exc).__name__}: {exc}")
+    ptx = workdir / f"{path.stem}.ptx"
+    ptx.write_text(compiled.asm["ptx"])
+    report = subprocess.run([_triton_ptxas(), f"-arch={PTXAS_ARCH}", "-v", str(ptx), "-o",
+                             "/dev/null"], capture_output=True, text=True, timeout=300)
+    if report.returncode != 0:
+        return Compiled(_label(setting), time.monotonic() - started,
+                        error=f"ptxas: {report.stderr.strip()[:300]}")
+    registers, spills, _ = _ptxas_report(report.stderr)
+    return Compiled(_label(setting), time.monotonic() - started, registers, spills,
+                    int(compiled.metadata.shared))
+
+
+def _triton_ptxas() -> str:
+    """The ptxas Triton itself uses for sm_90 (its PTX may be newer than the CUDA
+    toolkit's ptxas reads); the toolkit's where Triton does not say."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        return str(get_ptxas(TRITON_TARGET[1]).path)
+    except (ImportError, AttributeError, TypeError):
+        return "ptxas"
+
+
+def run_checks(quick: bool, jobs: int) -> list[Compiled]:
+    with tempfile.TemporaryDirectory(prefix="swarmfab-gpu-check-") as scratch:
+        work = Path(scratch)
+        os.environ["TRITON_CACHE_DIR"] = str(work / "triton")  # compile, never reuse
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(compile_cuda, s, work / "cache") for s in cuda_settings(quick)]
+            futures += [pool.submit(compile_triton, s, work) for s in triton_settings(quick)]
+            return [future.result() for future in futures]
+
+
+def _row(result: Compiled) -> str:
+    def shown(value: int | None) -> str:
+        return "?" if value is None else str(value)
+
+    if result.error:
+        first = result.error.strip().splitlines()[0][:160]
+        return f"FAIL  {result.label}  ({result.seconds:.1f} s)\n      {first}"
+    return (f"ok    {result.label}  registers={shown(result.registers)} "
+            f"spills={shown(result.spill_bytes)}B smem={shown(result.shared_bytes)}B "
+            f"({result.seconds:.1f} s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="the default settings of each kernel only (about 20 s)")
+    parser.add_argument("--jobs", type=int, default=2, help="compilations at once")
+    args = parser.parse_args(argv)
+    missing = missing_tools()
+    if missing:
+        print(f"gpu-compile-check cannot run: missing {', '.join(missing)}", file=sys.stderr)
+        return 2
+    results = run_checks(args.quick, args.jobs)
+    for result in results:
+        print(_row(result))
+    failed = [r for r in results if r.error]
+    print(f"{len(results) - len(failed)}/{len(results)} GPU template settings compile for "
+          "sm_90")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
