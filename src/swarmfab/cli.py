@@ -94,7 +94,7 @@ def resume(
 
 
 def _launch(goal: Any, store: Store, workdir: Path, resume: str | None) -> None:
-    from swarmfab.agents.builtin import RestartAgent, domain_agents
+    from swarmfab.agents.builtin import RestartAgent, bandit_agents
     from swarmfab.kernels import design_space
     from swarmfab.report import run_table
     from swarmfab.report.progress import LiveProgress
@@ -104,7 +104,7 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None) -> None:
     evaluator = _evaluator(goal, workdir, store)
 
     def execute(log: Callable[[str], None], observer: Callable[[Any], None] | None) -> Any:
-        return Run(goal, store, evaluator, space, domain_agents(space.knobs), workdir,
+        return Run(goal, store, evaluator, space, bandit_agents(space.knobs), workdir,
                    log=log, fallback=RestartAgent(), observer=observer).execute(resume)
 
     if console.is_terminal:  # a live panel; pipes and CI get plain lines

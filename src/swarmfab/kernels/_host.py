@@ -39,9 +39,9 @@ def isa_targets(flags: frozenset[str] | None = None, machine: str | None = None
     targets: list[IsaTarget] = []
     if machine in ("x86_64", "AMD64"):
         targets.append(("sse2", ("-march=x86-64",)))
-        if _X86_64_V3 <= flags:
+        if _X86_64_V3.issubset(flags):
             targets.append(("avx2", ("-march=x86-64-v3",)))
-        if _X86_64_V4 <= flags:
+        if _X86_64_V4.issubset(flags):
             targets.append(("avx512-256", ("-march=x86-64-v4",)))
             targets.append(("avx512", ("-march=x86-64-v4", "-mprefer-vector-width=512")))
     targets.append(("native", ("-march=native",)))
