@@ -368,3 +368,36 @@ def runs(db: DbOption = str(DEFAULT_DB)) -> None:
         console.print(f"{record.id}  {record.workload:<8} {record.status:<12} "
                       f"champion={record.champion_id}", highlight=False)
 
+
+
+@app.command("bench-policy")
+@friendly
+def bench_policy(
+    workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
+    shape: Annotated[str, typer.Option(
+        help="B,T,H,K,V[,HV][+h0]: the one shape every candidate is timed on.")]
+        = "1,512,4,128,128",
+    seeds: Annotated[int, typer.Option(min=1, help="Searches per policy.")] = 3,
+    max_evaluations: Annotated[int, typer.Option(
+        min=1, help="Evaluations per search (the same for every policy).")] = 30,
+    target: Annotated[float, typer.Option(
+        min=0.01, max=1.0, help="Share of the best-known speed a champion must reach.")] = 0.9,
+    threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
+    db: DbOption = str(DEFAULT_DB),
+    workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
+) -> None:
+    """The built-in agents against uniform random search over the same design space."""
+    from swarmfab.goal import default_goal
+    from swarmfab.kernels import design_space
+    from swarmfab.report import policy_table
+    from swarmfab.swarm.policy_bench import SpeedOracle, compare_policies, summary
+
+    goal = default_goal(workload).with_overrides(threads=threads)
+    space = design_space(workload)
+    evaluator = _evaluator(goal, workdir, Store(db), [parse_shape(shape)])
+    oracle = SpeedOracle(evaluator, evaluator.cases,
+                         log=lambda line: console.print(line, highlight=False))
+    results = compare_policies(space, goal, oracle, range(seeds), max_evaluations)
+    best, rows = summary(results, target, max_evaluations)
+    console.print(policy_table(rows, best, target, max_evaluations, len(oracle.seconds),
+                               f"{workload} {shape}, {goal.threads} thread(s)"))

@@ -10,7 +10,7 @@ import pytest
 from swarmfab.agents import Context
 from swarmfab.agents.builtin import LocalSearchAgent, RestartAgent, domain_agents
 from swarmfab.goal import Goal, default_goal
-from swarmfab.kernels import DesignSpace, Knob, KnobValue, Setting
+from swarmfab.kernels import DesignSpace, KnobValue
 from swarmfab.records import Candidate
 
 
@@ -20,23 +20,10 @@ def goal() -> Goal:
 
 
 @pytest.fixture
-def space() -> DesignSpace:
-    """A small space whose every knob reaches the source (a real workload's space is too
+def space(toy_space: DesignSpace) -> DesignSpace:
+    """Every knob of the toy space reaches the source (a real workload's space is too
     large to enumerate, and some of its knobs only matter to one template)."""
-    return small_space()
-
-
-def small_space() -> DesignSpace:
-    def render(setting: Setting, threads: int) -> tuple[dict[str, str], str, tuple[str, ...]]:
-        text = "".join(f"#define {name.upper()} {value}\n" for name, value in setting.items())
-        return {"k.c": text + f"/* {threads} threads */\n"}, "k.c", ("-O2",)
-
-    return DesignSpace("toy", "kda", "c", (
-        Knob("algorithm", "algorithm", ("a", "b"), "a"),
-        Knob("tile", "tiling", (8, 16, 32, 64), 16, ordered=True),
-        Knob("chunk", "tiling", (16, 32, 64), 32, ordered=True),
-        Knob("parallel", "parallelism", ("serial", "heads", "tiles"), "tiles"),
-    ), render)
+    return toy_space
 
 
 def _off_default(space: DesignSpace) -> dict[str, KnobValue]:
