@@ -209,16 +209,22 @@ class Evaluator:
     def side_by_side(
         self, implementations: list[Implementation], policy: TimingPolicy = CONFIRMATION
     ) -> list[SideBySide]:
-        """Time several implementations together on every target shape (first = reference)."""
+        """Time several implementations together on every target shape (first = reference).
+
+        One job per shape: slow baselines on large shapes each get the whole time limit."""
         limits = self._limits_for(implementations)
-        plan, stage = _staged([(case, implementations) for case in self.targets])
-        outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads, policy,
-                          None, limits=limits, stage={**stage, **self._stage})
-        if outcome.status is not JobStatus.OK:
-            raise MeasurementError(f"side-by-side benchmark failed: {outcome.detail}")
+        runs = []
+        for case in self.targets:
+            plan, stage = _staged([(case, implementations)])
+            outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads,
+                                policy, None, limits=limits, stage={**stage, **self._stage})
+            if outcome.status is not JobStatus.OK:
+                raise MeasurementError(f"side-by-side benchmark failed on {case.shape.label}: "
+                                       f"{outcome.detail}")
+            runs.extend(outcome.value)
         reference = implementations[0].name
         tables = []
-        for run in outcome.value:
+        for run in runs:
             if run.error:
                 raise MeasurementError(f"side-by-side benchmark failed on {run.shape}: {run.error}")
             tables.append(SideBySide(
