@@ -108,8 +108,12 @@ class BanditAgent(LocalSearchAgent):
         """The base itself, single steps best arm first, then joint moves by summed score."""
         yield dict(base), "starting point of the search"
         steps = [(knob, value) for knob in self.knobs for value in knob.neighbours(base[knob.name])]
-        context.rng.shuffle(steps)  # ties (unseen arms) in random order
-        steps.sort(key=lambda step: -self.score((step[0].name, step[1])))
+        context.rng.shuffle(steps)  # remaining ties in random order
+        reach = _reach(context, base, [{**base, k.name: v} for k, v in steps])
+        # best arm first; among equal scores (unseen arms) the move that changes more of
+        # the rendered kernel, as a new template opens more than a flag does
+        steps.sort(key=lambda step: (-round(self.score((step[0].name, step[1])), 9),
+                                     -reach[(step[0].name, step[1])]))
         for knob, value in steps:
             arm = (knob.name, value)
             yield {**base, knob.name: value}, (
@@ -140,6 +144,22 @@ class BanditAgent(LocalSearchAgent):
                 continue  # single steps came first
             yield setting, "joint move in " + self.role + ": " + ", ".join(
                 f"{name} -> {setting[name]}" for name in changed)
+
+
+def _reach(context: Context, base: dict[str, KnobValue],
+           settings: list[dict[str, KnobValue]]) -> dict[Arm, int]:
+    """How many lines of source and flags each single-step setting changes from the base."""
+    def lines(setting: dict[str, KnobValue]) -> set[str]:
+        candidate = context.space.instantiate(setting, threads=context.goal.threads)
+        text = "\n".join(candidate.sources[name] for name in sorted(candidate.sources))
+        return set(text.splitlines()) | set(candidate.flags)
+
+    start = lines(base)
+    reach = {}
+    for setting in settings:
+        (arm,) = [(name, value) for name, value in setting.items() if base[name] != value]
+        reach[arm] = len(lines(setting) ^ start)
+    return reach
 
 
 def bandit_agents(knobs: tuple[Knob, ...],
