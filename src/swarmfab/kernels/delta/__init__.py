@@ -72,6 +72,7 @@ def _render(
     defines = [
         f"#define DELTA_SCALAR_GATE {int(_GATE_IS_SCALAR[workload])}",
         f"#define DELTA_SYMBOL {workload}_forward",
+        f"#define DELTA_HUGE_OUTPUTS {1 if setting['output_pages'] == 'huge' else 0}",
         *knobs,
     ]
     source = ("/* knobs chosen by swarmfab */\n" + "\n".join(defines) + "\n\n"
@@ -83,7 +84,7 @@ def _render(
 
 def delta_space(workload: str) -> DesignSpace:
     """The gated delta rule's CPU space: algorithm family, tiling, vector ISA, parallel
-    mapping, state layout and compiler flags.
+    mapping, state layout, output pages and compiler flags.
 
     The defaults are the plain, portable choice an engineer would write first (the
     per-token recurrence, fused passes, OpenMP over tiles, -O3 for the host); agents
@@ -117,6 +118,8 @@ def delta_space(workload: str) -> DesignSpace:
                  help="OpenMP schedule of the job loop"),
             Knob("state_layout", "layout", ("k-major", "v-major"), "k-major",
                  help="recurrence: tile rows are key channels, or value columns"),
+            Knob("output_pages", "layout", ("small", "huge"), "small",
+                 help="ask the OS for 2 MB pages behind the outputs before writing them"),
             Knob("optimisation", "compiler", tuple(_OPTIMISATION), "O3", ordered=True,
                  help="optimisation level, fast-math, loop unrolling"),
         ),
