@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test lint typecheck bench bench-policy clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ BENCH_SHAPES := --shape 1,4096,16,128,128 --shape 2,1024,16,128,128 --shape 1,81
 
 bench: $(STAMP)
 	$(BIN)/swarmfab bench kda --candidate default $(BENCH_SHAPES)
+
+# built-in agents vs uniform random search over the same space: 3 seeds, 30 evaluations
+# each, every distinct candidate built, verified and timed once (about 10 min on 2 cores)
+bench-policy: $(STAMP)
+	$(BIN)/swarmfab bench-policy kda --seeds 3 --max-evaluations 30
 
 clean:
 	rm -rf $(VENV) .swarmfab out .pytest_cache .mypy_cache .ruff_cache
