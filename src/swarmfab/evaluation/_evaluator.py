@@ -43,6 +43,7 @@ from swarmfab.workloads import AnyShape, Case, Inputs, Outputs, Tolerances, Work
 __all__ = ["Evaluator", "SideBySide"]
 
 REGRESSION_EPSILON = 0.02
+SIDE_BY_SIDE_WALL_S = 600.0  # per shape; only trusted or verified implementations
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +212,11 @@ class Evaluator:
     ) -> list[SideBySide]:
         """Time several implementations together on every target shape (first = reference).
 
-        One job per shape: slow baselines on large shapes each get the whole time limit."""
+        One job per shape, each allowed at least :data:`SIDE_BY_SIDE_WALL_S`: the policy
+        bounds how long timing goes on, and slow baselines on large shapes (a Python loop
+        per token) may need more than one evaluation's limit on a busy machine."""
         limits = self._limits_for(implementations)
+        limits = dataclasses.replace(limits, wall_s=max(limits.wall_s, SIDE_BY_SIDE_WALL_S))
         runs = []
         for case in self.targets:
             plan, stage = _staged([(case, implementations)])
