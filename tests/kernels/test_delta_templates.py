@@ -27,13 +27,14 @@ from swarmfab.workloads import Shape, get_workload
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
 CHUNKED: dict[str, KnobValue] = {"algorithm": "chunked"}
+RECURRENT: dict[str, KnobValue] = {"algorithm": "recurrent"}
 VARIANTS: list[tuple[str, dict[str, KnobValue]]] = [
-    ("recurrent-default", {}),
-    ("recurrent-separate-vmajor-heads", {"passes": "separate", "state_layout": "v-major",
-                                         "parallel": "heads", "tile_v": 16}),
-    ("recurrent-serial-fastmath-huge", {"parallel": "serial", "tile_v": 128,
+    ("recurrent-tiles", {**RECURRENT, "parallel": "tiles"}),
+    ("recurrent-separate-vmajor-heads", {**RECURRENT, "passes": "separate",
+                                         "state_layout": "v-major", "tile_v": 16}),
+    ("recurrent-serial-fastmath-huge", {**RECURRENT, "parallel": "serial", "tile_v": 128,
                                         "optimisation": "O3-fastmath", "output_pages": "huge"}),
-    ("chunked-default", CHUNKED),
+    ("chunked-default", {}),
     ("chunked-huge-guided", {**CHUNKED, "output_pages": "huge", "schedule": "guided"}),
     ("chunked-16-tiles", {**CHUNKED, "chunk": 16, "parallel": "tiles", "tile_v": 16,
                           "schedule": "dynamic"}),
@@ -90,7 +91,7 @@ def test_every_isa_target_the_host_reports_builds_and_passes(
 
 def test_knobs_a_template_ignores_render_the_same_candidate() -> None:
     space: DesignSpace = design_space("kda")
-    base = space.default()
+    base = {**space.default(), **RECURRENT}
     recurrent = space.instantiate(base, threads=2)
     assert space.instantiate({**base, "chunk": 16}, threads=2).id == recurrent.id
     chunked = space.instantiate({**base, **CHUNKED}, threads=2)

@@ -3,8 +3,9 @@
 Both policies search the same design space under the same evaluation budget, for several
 seeds. Every distinct candidate either proposes is built, checked on a few corpus cases
 (strong decay among them) and timed once, in the sandbox, on one shape; the measurement
-is shared by every policy and seed, so the two are judged on identical numbers. A policy
-keeps the fastest candidate it has seen as its champion (a challenger must be faster by
+is shared by every policy and seed, so the two are judged on identical numbers. Every search
+starts by evaluating the space's default setting; then a policy proposes. A policy keeps
+the fastest candidate it has seen as its champion (a challenger must be faster by
 :data:`PROMOTION_MARGIN`, as noise would otherwise promote ties).
 
 The figure of merit is the number of evaluations a policy needs before its champion
@@ -104,11 +105,12 @@ def search_trace(
     evaluated: set[str] = set()
     recent: list[Verdict] = []
     turn = 0
+    start = space.instantiate(space.default(), threads=goal.threads, agent="start")
     while len(result.best_s) < max_evaluations:
         context = Context(goal, space, champion, frozenset(evaluated), tuple(recent[-RECENT:]),
                           (), rng)
-        proposal = None
-        for _ in range(len(agents)):
+        proposal = start if not evaluated else None  # every policy starts at the default
+        for _ in range(len(agents) if proposal is None else 0):
             found = agents[turn % len(agents)].propose(context, limit=1)
             turn += 1
             if found:
