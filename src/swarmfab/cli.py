@@ -395,7 +395,8 @@ def bench_policy(
     goal = default_goal(workload).with_overrides(threads=threads)
     space = design_space(workload)
     evaluator = _evaluator(goal, workdir, Store(db), [parse_shape(shape)])
-    oracle = SpeedOracle(evaluator, evaluator.cases,
+    reference = space.instantiate(space.default(), threads=goal.threads)
+    oracle = SpeedOracle(evaluator, evaluator.cases, reference,
                          log=lambda line: console.print(line, highlight=False))
     results = compare_policies(space, goal, oracle, range(seeds), max_evaluations)
     best, rows = summary(results, target, max_evaluations)

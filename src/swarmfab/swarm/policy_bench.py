@@ -2,8 +2,9 @@
 
 Both policies search the same design space under the same evaluation budget, for several
 seeds. Every distinct candidate either proposes is built, checked on a few corpus cases
-(strong decay among them) and timed once, in the sandbox, on one shape; the measurement
-is shared by every policy and seed, so the two are judged on identical numbers. Every search
+(strong decay among them) and timed once, in the sandbox, on one shape, side by side with
+the space's default (the ratio survives a busy machine's drift); the measurement is
+shared by every policy and seed, so the two are judged on identical numbers. Every search
 starts by evaluating the space's default setting; then a policy proposes. A policy keeps
 the fastest candidate it has seen as its champion (a challenger must be faster by
 :data:`PROMOTION_MARGIN`, as noise would otherwise promote ties).
@@ -39,13 +40,18 @@ RECENT = 20  # verdicts an agent sees, as in a run
 
 
 class SpeedOracle:
-    """Seconds per call of each distinct candidate on the evaluator's (single) target
-    shape; None when it fails to build or verify. Measured once, then remembered."""
+    """Time per call of each distinct candidate on the evaluator's (single) target shape,
+    relative to a fixed reference (the space's default) timed side by side in the same
+    job, so a busy machine's drift between measurements cancels out; expressed in the
+    reference's seconds. None when the candidate fails to build or verify. Measured once,
+    then remembered."""
 
-    def __init__(self, evaluator: Evaluator, cases: Sequence[Case],
+    def __init__(self, evaluator: Evaluator, cases: Sequence[Case], reference: Candidate,
                  timing: TimingPolicy = QUICK_TIMING, log: Callable[[str], None] = print):
         self.evaluator, self.cases, self.timing, self.log = evaluator, list(cases), timing, log
+        self.reference = reference
         self.seconds: dict[str, float | None] = {}
+        self._reference_s: float | None = None
 
     def __call__(self, candidate: Candidate) -> float | None:
         if candidate.id not in self.seconds:
@@ -57,11 +63,15 @@ class SpeedOracle:
         if verdict.status is not Status.ACCEPTED:
             self.log(f"  {candidate.id[:10]} {verdict.status.value}: {verdict.reason[:80]}")
             return None
-        artifact = self.evaluator.build(candidate)
-        (table,) = self.evaluator.side_by_side([Implementation("x", artifact=artifact)],
-                                               self.timing)
-        seconds = table.seconds["x"].median
-        self.log(f"  {candidate.id[:10]} {seconds * 1e3:8.3f} ms  {_knobs(candidate)}")
+        reference = Implementation("reference", artifact=self.evaluator.build(self.reference))
+        contender = Implementation("candidate", artifact=self.evaluator.build(candidate))
+        (table,) = self.evaluator.side_by_side([reference, contender], self.timing)
+        if self._reference_s is None:
+            self._reference_s = table.seconds["reference"].median
+        ratio = table.ratio_to_reference["candidate"].median
+        seconds = ratio * self._reference_s
+        self.log(f"  {candidate.id[:10]} {ratio:6.3f} x reference = {seconds * 1e3:8.3f} ms  "
+                 f"{_knobs(candidate)}")
         return seconds
 
 
