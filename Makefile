@@ -37,10 +37,10 @@ BENCH_SHAPES := --shape 1,4096,16,128,128 --shape 2,1024,16,128,128 --shape 1,81
 bench: $(STAMP)
 	$(BIN)/swarmfab bench kda --candidate default $(BENCH_SHAPES)
 
-# built-in agents vs uniform random search over the same space: 3 seeds, 40 evaluations
+# built-in agents vs uniform random search over the same space: 3 seeds, 30 evaluations
 # each, every distinct candidate built, verified and timed once (about 10 min on 2 cores)
 bench-policy: $(STAMP)
-	$(BIN)/swarmfab bench-policy kda --seeds 3 --max-evaluations 40
+	$(BIN)/swarmfab bench-policy kda --seeds 3 --max-evaluations 30
 
 clean:
 	rm -rf $(VENV) .swarmfab out .pytest_cache .mypy_cache .ruff_cache
