@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-swarm bench-transfer bench-engine gpu-compile-check clean
+.PHONY: demo test lint typecheck bench bench-swarm bench-transfer bench-engine bench-policy gpu-compile-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,11 @@ gpu-compile-check: $(STAMP)
 	$(BIN)/pip freeze | grep '^torch==' > $(VENV)/torch-pin.txt  # Triton must not replace torch
 	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt -e ".[gpu]"
 	$(BIN)/python -m swarmfab.kernels.delta_gpu.compile_check
+
+# built-in agents vs uniform random search over the same space: 3 seeds, 30 evaluations
+# each, every distinct candidate built, verified and timed once (about 10 min on 2 cores)
+bench-policy: $(STAMP)
+	$(BIN)/swarmfab bench-policy kda --seeds 3 --max-evaluations 30
 
 clean:
 	rm -rf $(VENV) .swarmfab out .pytest_cache .mypy_cache .ruff_cache

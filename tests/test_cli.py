@@ -16,6 +16,7 @@ from typer.testing import CliRunner, Result
 
 from swarmfab.backends import cuda_device_available
 from swarmfab.cli import app
+from swarmfab.kernels import DesignSpace
 from swarmfab.workloads.kda import KDA
 
 needs_cc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -55,6 +56,13 @@ def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state
 """
 
 READOUT = "for (int j = 0; j < bv; j++) ot[j] = out[j];"
+
+
+@pytest.fixture
+def template_source(space: DesignSpace) -> str:
+    """The recurrent template (whose readout line the corruptions below edit), one thread."""
+    rendered = space.instantiate({**space.default(), "algorithm": "recurrent"}, threads=1)
+    return rendered.sources[rendered.entry]
 
 
 def invoke(*args: str | Path) -> Result:

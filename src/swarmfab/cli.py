@@ -171,7 +171,7 @@ def _lessons(goal: Any, space: Any, store: Store) -> tuple[Any, ...]:
 
 def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
             executor: Any = None, use_lessons: bool = True) -> None:
-    from swarmfab.agents.builtin import RestartAgent, domain_agents
+    from swarmfab.agents.builtin import RestartAgent, bandit_agents
     from swarmfab.kernels import design_space
     from swarmfab.report import run_table
     from swarmfab.report.progress import LiveProgress
@@ -185,15 +185,15 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
         from swarmfab.agents.llm import llm_agents
 
         agents, reviewer, _ = llm_agents(goal.llm)
-    builtin = "builtin" in goal.agents
-    if builtin:
-        agents += domain_agents(space.knobs)
-    evaluator = _evaluator(goal, workdir, store)
     lessons = _lessons(goal, space, store) if use_lessons else ()
     if lessons:
         helpful = sum(lesson.outcome == "helps" for lesson in lessons)
         console.print(f"{len(lessons)} lesson(s) from earlier runs ({helpful} helpful moves); "
                       "--no-lessons to ignore them", highlight=False)
+    builtin = "builtin" in goal.agents
+    if builtin:
+        agents += bandit_agents(space.knobs)  # they read the lessons in their context
+    evaluator = _evaluator(goal, workdir, store)
 
     def execute(log: Callable[[str], None], observer: Callable[[Any], None] | None) -> Any:
         return Run(goal, store, evaluator, space, agents, workdir, log=log,
@@ -605,3 +605,37 @@ def loadgen(
     for key, value in summary.items():
         shown = f"{value:.2f}" if isinstance(value, float) else str(value)
         console.print(f"{key:<28} {shown}", highlight=False)
+
+
+@app.command("bench-policy")
+@friendly
+def bench_policy(
+    workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
+    shape: Annotated[str, typer.Option(
+        help="B,T,H,K,V[,HV][+h0]: the one shape every candidate is timed on.")]
+        = "1,512,4,128,128",
+    seeds: Annotated[int, typer.Option(min=1, help="Searches per policy.")] = 3,
+    max_evaluations: Annotated[int, typer.Option(
+        min=1, help="Evaluations per search (the same for every policy).")] = 30,
+    target: Annotated[float, typer.Option(
+        min=0.01, max=1.0, help="Share of the best-known speed a champion must reach.")] = 0.9,
+    threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
+    db: DbOption = str(DEFAULT_DB),
+    workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
+) -> None:
+    """The built-in agents against uniform random search over the same design space."""
+    from swarmfab.goal import default_goal
+    from swarmfab.kernels import design_space
+    from swarmfab.report import policy_table
+    from swarmfab.swarm.policy_bench import SpeedOracle, compare_policies, summary
+
+    goal = default_goal(workload).with_overrides(threads=threads)
+    space = design_space(workload)
+    evaluator = _evaluator(goal, workdir, Store(db), [parse_shape(shape)])
+    reference = space.instantiate(space.default(), threads=goal.threads)
+    oracle = SpeedOracle(evaluator, evaluator.cases, reference,
+                         log=lambda line: console.print(line, highlight=False))
+    results = compare_policies(space, goal, oracle, range(seeds), max_evaluations)
+    best, rows = summary(results, target, max_evaluations)
+    console.print(policy_table(rows, best, target, max_evaluations, len(oracle.seconds),
+                               f"{workload} {shape}, {goal.threads} thread(s)"))

@@ -19,6 +19,13 @@ def goal() -> Goal:
     return default_goal("kda").with_overrides(threads=1)
 
 
+@pytest.fixture
+def space(toy_space: DesignSpace) -> DesignSpace:
+    """Every knob of the toy space reaches the source (a real workload's space is too
+    large to enumerate, and some of its knobs only matter to one template)."""
+    return toy_space
+
+
 def _off_default(space: DesignSpace) -> dict[str, KnobValue]:
     """A champion setting away from the defaults (so it is not what a fresh agent starts at)."""
     return {knob.name: knob.values[-1] if knob.default != knob.values[-1] else knob.values[0]

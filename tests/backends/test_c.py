@@ -48,9 +48,9 @@ def test_template_builds_and_second_build_hits_the_cache(
     assert second.cached
     assert second.path == first.path
     # a different knob setting is a different candidate and a different library
-    tile = space.knob("tile_v")
+    tile = space.knob("chunk")  # a knob the default template reads
     other_tile = next(value for value in tile.values if value != tile.default)
-    other = space.instantiate({**space.default(), "tile_v": other_tile}, threads=1)
+    other = space.instantiate({**space.default(), "chunk": other_tile}, threads=1)
     third = backend.build(other, tmp_path / "cache")
     assert not third.cached
     assert third.path != first.path

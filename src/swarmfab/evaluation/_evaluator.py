@@ -45,6 +45,7 @@ from swarmfab.workloads import AnyShape, Case, Inputs, Outputs, Tolerances, Work
 __all__ = ["Cancelled", "Evaluator", "EvaluatorRecipe", "SideBySide"]
 
 REGRESSION_EPSILON = 0.02
+SIDE_BY_SIDE_WALL_S = 600.0  # per shape; only trusted or verified implementations
 
 
 class Cancelled(Exception):
@@ -305,16 +306,26 @@ class Evaluator:
     def side_by_side(
         self, implementations: list[Implementation], policy: TimingPolicy = CONFIRMATION
     ) -> list[SideBySide]:
-        """Time several implementations together on every target shape (first = reference)."""
+        """Time several implementations together on every target shape (first = reference).
+
+        One job per shape, each allowed at least :data:`SIDE_BY_SIDE_WALL_S`: the policy
+        bounds how long timing goes on, and slow baselines on large shapes (a Python loop
+        per token) may need more than one evaluation's limit on a busy machine."""
         limits = self._limits_for(implementations)
-        plan, stage = _staged([(case, implementations) for case in self.targets])
-        outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads, policy,
-                            None, self.device, limits=limits, stage={**stage, **self._stage})
-        if outcome.status is not JobStatus.OK:
-            raise MeasurementError(f"side-by-side benchmark failed: {outcome.detail}")
+        limits = dataclasses.replace(limits, wall_s=max(limits.wall_s, SIDE_BY_SIDE_WALL_S))
+        runs = []
+        for case in self.targets:
+            plan, stage = _staged([(case, implementations)])
+            outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads,
+                                policy, None, self.device, limits=limits,
+                                stage={**stage, **self._stage})
+            if outcome.status is not JobStatus.OK:
+                raise MeasurementError(f"side-by-side benchmark failed on {case.shape.label}: "
+                                       f"{outcome.detail}")
+            runs.extend(outcome.value)
         reference = implementations[0].name
         tables = []
-        for run in outcome.value:
+        for run in runs:
             if run.error:
                 raise MeasurementError(f"side-by-side benchmark failed on {run.shape}: {run.error}")
             tables.append(SideBySide(

@@ -55,6 +55,21 @@ def bench_table(tables: list[SideBySide], title: str) -> Table:
     return table
 
 
+def policy_table(rows: list[tuple[str, list[int | None], float]], best_s: float, target: float,
+                 budget: int, measured: int, title: str) -> Table:
+    """Evaluations each search policy needed to reach ``target`` of the best-known speed."""
+    table = Table(title=f"{title}: evaluations to reach {target:.0%} of the best-known speed "
+                        f"({best_s * 1e3:.3f} ms; {measured} distinct candidates measured)",
+                  title_justify="left")
+    table.add_column("policy")
+    table.add_column("per seed", justify="right")
+    table.add_column("median", justify="right")
+    for policy, counts, median in rows:
+        shown = ", ".join(str(c) if c is not None else f">{budget}" for c in counts)
+        table.add_row(policy, shown, f"{median:g}" if median <= budget else f">{budget}")
+    return table
+
+
 def run_table(summary: dict[str, Any]) -> Table:
     """The closing table of a run: baselines vs champion with the speedup's CI."""
     table = Table(title="champion vs PyTorch baselines (measured side by side)",

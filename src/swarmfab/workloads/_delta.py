@@ -56,9 +56,14 @@ class GatedDeltaRule(Workload):
     opt_in_baselines = frozenset({"torch-compile"})  # compiles for ~10 s per shape and job
     compiling_baselines = frozenset({"torch-compile"})
     gate_per_channel: bool
+    # the standard CPU goal: prefill at three sequence lengths, small heads, and decode
+    # of a batch of 64 with an initial state
     default_shapes = (
-        Shape(B=1, T=1024, H=16, HV=16, K=128, V=128),
-        Shape(B=2, T=256, H=4, HV=4, K=64, V=64, initial_state=True),
+        Shape(B=1, T=4096, H=16, HV=16, K=128, V=128),
+        Shape(B=2, T=1024, H=16, HV=16, K=128, V=128),
+        Shape(B=1, T=8192, H=8, HV=8, K=128, V=128),
+        Shape(B=4, T=2048, H=4, HV=4, K=64, V=64),
+        Shape(B=64, T=1, H=16, HV=16, K=128, V=128, initial_state=True),
     )
 
     # -- inputs and reference -------------------------------------------------------
@@ -191,9 +196,9 @@ class GatedDeltaRule(Workload):
         return draw_delta_cases(rng, count)
 
     def design_space(self) -> DesignSpace:
-        from swarmfab.kernels.delta import recurrent_space
+        from swarmfab.kernels.delta import delta_space
 
-        return recurrent_space(self.name)
+        return delta_space(self.name)
 
     def flops(self, shape: Shape) -> float:  # type: ignore[override]
         """7*K*V per token and value head: decay K*V, S^T k 2KV, update 2KV, readout 2KV."""

@@ -147,10 +147,8 @@ class RestartAgent(Agent):
     def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
         proposals: list[Candidate] = []
         seen = set(context.evaluated)
-        settings = list(itertools.product(*(knob.values for knob in context.space.knobs)))
-        context.rng.shuffle(settings)
         parent = (context.champion.id,) if context.champion else ()
-        for values in settings:
+        for values in _random_settings(context):
             setting = {k.name: v for k, v in zip(context.space.knobs, values, strict=True)}
             candidate = context.space.instantiate(
                 setting, threads=context.goal.threads, parents=parent, agent=self.id,
@@ -162,3 +160,19 @@ class RestartAgent(Agent):
                 if len(proposals) >= limit:
                     break
         return proposals
+
+
+ENUMERATE_LIMIT = 20_000  # larger spaces are sampled, not listed
+SAMPLE_TRIES = 2_000  # random draws per proposal before a large space counts as dry
+
+
+def _random_settings(context: Context) -> Iterator[tuple[KnobValue, ...]]:
+    """Every setting in random order (small spaces), or uniform random draws (large)."""
+    knobs = context.space.knobs
+    if context.space.size() <= ENUMERATE_LIMIT:
+        settings = list(itertools.product(*(knob.values for knob in knobs)))
+        context.rng.shuffle(settings)
+        yield from settings
+        return
+    for _ in range(SAMPLE_TRIES):
+        yield tuple(context.rng.choice(knob.values) for knob in knobs)

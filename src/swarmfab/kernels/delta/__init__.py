@@ -1,7 +1,16 @@
-"""CPU design spaces of the gated delta rule family (KDA, GDN): one template, its knobs.
+"""CPU design space of the gated delta rule family (KDA, GDN): two C templates, their knobs.
 
-Both workloads share ``recurrent.c``; a workload only sets how its gate is laid out and
-the name of its entry point, so the agents, knobs and search are the same.
+Both workloads share the templates; a workload only sets how its gate is laid out and the
+name of its entry point, so the agents, knobs and search are the same. The ``algorithm``
+knob picks the template:
+
+- ``recurrent.c``: token by token, the state tiled by value columns (a tile stays in
+  L1/L2 for the whole sequence);
+- ``chunked.c``: the chunked WY/UT form, intra-chunk products with anchored decays, a
+  triangular solve and register-blocked micro-kernels.
+
+Knobs a template does not read are left out of its source, so two settings that differ
+only there render the same candidate (same content hash) and are judged once.
 """
 
 from __future__ import annotations
@@ -9,59 +18,112 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
+from swarmfab.kernels._host import isa_targets
 from swarmfab.kernels._space import DesignSpace, Knob, Setting
 
-__all__ = ["recurrent_space"]
+__all__ = ["delta_space"]
 
 _GATE_IS_SCALAR = {"kda": False, "gdn": True}
 
-_FLAGS = {
+_OPTIMISATION = {
     "O2": ("-O2",),
-    "O3-native": ("-O3", "-march=native"),
-    "O3-native-fastmath": ("-O3", "-march=native", "-ffast-math"),
+    "O3": ("-O3",),
+    "O3-fastmath": ("-O3", "-ffast-math"),
+    "O3-fastmath-unroll": ("-O3", "-ffast-math", "-funroll-loops"),
 }
 _PARALLEL = {"serial": 0, "heads": 1, "tiles": 2}
 
 
-def _template() -> str:
-    return resources.files(__package__).joinpath("recurrent.c").read_text()
+def _template(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text()
+
+
+def _recurrent_defines(setting: Setting, threads: int) -> list[str]:
+    return [
+        f"#define KDA_BV {setting['tile_v']}",
+        f"#define KDA_FUSED {1 if setting['passes'] == 'fused' else 0}",
+        f"#define KDA_PARALLEL {_PARALLEL[str(setting['parallel'])]}",
+        f"#define KDA_THREADS {threads}",
+        f"#define KDA_SCHEDULE {setting['schedule']}",
+        f"#define KDA_VMAJOR {1 if setting['state_layout'] == 'v-major' else 0}",
+    ]
+
+
+def _chunked_defines(setting: Setting, threads: int) -> list[str]:
+    parallel = str(setting["parallel"])
+    tiled = parallel == "tiles"
+    return [
+        f"#define CH_C {setting['chunk']}",
+        *([f"#define CH_VT {setting['tile_v']}"] if tiled else []),
+        f"#define CH_BN {setting['micro_cols']}",
+        f"#define CH_RB {setting['register_rows']}",
+        f"#define CH_UNROLL {setting['unroll']}",
+        f"#define CH_PARALLEL {2 if tiled else 1}",
+        f"#define CH_SCHEDULE {setting['schedule']}",
+        f"#define CH_THREADS {1 if parallel == 'serial' else threads}",
+    ]
 
 
 def _render(
     workload: str, setting: Setting, threads: int
 ) -> tuple[dict[str, str], str, tuple[str, ...]]:
+    algorithm = str(setting["algorithm"])
+    knobs = (_chunked_defines if algorithm == "chunked" else _recurrent_defines)(setting, threads)
     defines = [
         f"#define DELTA_SCALAR_GATE {int(_GATE_IS_SCALAR[workload])}",
         f"#define DELTA_SYMBOL {workload}_forward",
-        f"#define KDA_BV {setting['tile_v']}",
-        f"#define KDA_FUSED {1 if setting['passes'] == 'fused' else 0}",
-        f"#define KDA_PARALLEL {_PARALLEL[str(setting['parallel'])]}",
-        f"#define KDA_THREADS {threads}",
+        f"#define DELTA_HUGE_OUTPUTS {1 if setting['output_pages'] == 'huge' else 0}",
+        *knobs,
     ]
-    source = "/* knobs chosen by swarmfab */\n" + "\n".join(defines) + "\n\n" + _template()
-    entry = f"{workload}_recurrent.c"
-    return {entry: source}, entry, _FLAGS[str(setting["flags"])]
+    source = ("/* knobs chosen by swarmfab */\n" + "\n".join(defines) + "\n\n"
+              + _template(f"{algorithm}.c"))
+    entry = f"{workload}_{algorithm}.c"
+    isa = dict(isa_targets())[str(setting["isa"])]
+    return {entry: source}, entry, (*_OPTIMISATION[str(setting["optimisation"])], *isa)
 
 
-def recurrent_space(workload: str) -> DesignSpace:
-    """Per-token recurrence with the state tiled by value columns.
+def delta_space(workload: str) -> DesignSpace:
+    """The gated delta rule's CPU space: algorithm family, tiling, vector ISA, parallel
+    mapping, state layout, output pages and compiler flags.
 
-    The defaults are the plain, portable choice an engineer would write first (fused
-    passes, OpenMP over tiles, -O3 for the host); agents search around them.
+    The defaults are the textbook configuration an engineer would write first: the
+    chunked form with fla's chunk of 64, OpenMP over (batch, head), mid-sized
+    micro-kernels, -O3 -ffast-math for the host (the verifier judges the accuracy);
+    agents search around them.
     """
+    isa_values = tuple(name for name, _ in isa_targets())
     return DesignSpace(
-        name=f"{workload}-cpu-recurrent",
+        name=f"{workload}-cpu",
         workload=workload,
         backend="c",
         knobs=(
-            Knob("tile_v", "tiling", (8, 16, 32, 64, 128), 32, ordered=True,
-                 help="state columns per tile (a tile stays in cache for the whole sequence)"),
+            Knob("algorithm", "algorithm", ("recurrent", "chunked"), "chunked",
+                 help="per-token recurrence, or the chunked WY/UT form"),
             Knob("passes", "algorithm", ("fused", "separate"), "fused",
-                 help="two fused passes over the tile per token, or four separate ones"),
-            Knob("parallel", "parallelism", ("serial", "heads", "tiles"), "tiles",
-                 help="OpenMP over nothing, (batch, head), or (batch, head, tile)"),
-            Knob("flags", "compiler", tuple(_FLAGS), "O3-native", ordered=True,
-                 help="optimisation level, host ISA, fast-math"),
+                 help="recurrence: two fused passes over the tile per token, or four"),
+            Knob("tile_v", "tiling", (8, 16, 32, 64, 128), 32, ordered=True,
+                 help="state columns per tile (recurrence; chunked when parallel=tiles)"),
+            Knob("chunk", "tiling", (16, 32, 64, 128), 64, ordered=True,
+                 help="chunked: tokens per chunk"),
+            Knob("micro_cols", "tiling", (16, 32, 64), 32, ordered=True,
+                 help="chunked: columns a micro-kernel keeps in registers"),
+            Knob("register_rows", "vectorisation", (2, 4, 8, 12), 4, ordered=True,
+                 help="chunked: rows a micro-kernel keeps in registers"),
+            Knob("unroll", "vectorisation", (1, 2, 4), 1, ordered=True,
+                 help="chunked: unroll of the micro-kernel's reduction loop"),
+            Knob("isa", "vectorisation", isa_values, "native", ordered=True,
+                 help="vector target, among those the host reports"),
+            Knob("parallel", "parallelism", ("serial", "heads", "tiles"), "heads",
+                 help="OpenMP over nothing, (batch, head), or (batch, head, value tile)"),
+            Knob("schedule", "parallelism", ("static", "dynamic", "guided"), "static",
+                 help="OpenMP schedule of the job loop"),
+            Knob("state_layout", "layout", ("k-major", "v-major"), "k-major",
+                 help="recurrence: tile rows are key channels, or value columns"),
+            Knob("output_pages", "layout", ("small", "huge"), "small",
+                 help="ask the OS for 2 MB pages behind the outputs before writing them"),
+            Knob("optimisation", "compiler", tuple(_OPTIMISATION), "O3-fastmath", ordered=True,
+                 help="optimisation level, fast-math, loop unrolling"),
         ),
         render=functools.partial(_render, workload),
     )
+

@@ -1,0 +1,50 @@
+"""What the host's CPU reports it can run: the vector ISAs a design space may target.
+
+A knob value that targets an ISA the host lacks would build a kernel that dies of an
+illegal instruction, so spaces offer only the targets listed here.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from pathlib import Path
+
+__all__ = ["IsaTarget", "host_cpu_flags", "isa_targets"]
+
+IsaTarget = tuple[str, tuple[str, ...]]  # knob value, compiler flags
+
+_X86_64_V3 = {"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}
+_X86_64_V4 = _X86_64_V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+
+
+@functools.cache
+def host_cpu_flags() -> frozenset[str]:
+    """The feature flags of the first CPU in /proc/cpuinfo (empty where there is none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def isa_targets(flags: frozenset[str] | None = None, machine: str | None = None
+                ) -> tuple[IsaTarget, ...]:
+    """Vector targets this host can run, plainest first; ``native`` (the compiler's own
+    reading of the host) is always offered."""
+    flags = host_cpu_flags() if flags is None else flags
+    machine = platform.machine() if machine is None else machine
+    targets: list[IsaTarget] = []
+    if machine in ("x86_64", "AMD64"):
+        targets.append(("sse2", ("-march=x86-64",)))
+        if _X86_64_V3.issubset(flags):
+            targets.append(("avx2", ("-march=x86-64-v3",)))
+        if _X86_64_V4.issubset(flags):
+            targets.append(("avx512-256", ("-march=x86-64-v4",)))
+            targets.append(("avx512", ("-march=x86-64-v4", "-mprefer-vector-width=512")))
+    targets.append(("native", ("-march=native",)))
+    if "avx512f" in flags:
+        targets.append(("native-512", ("-march=native", "-mprefer-vector-width=512")))
+    return tuple(targets)

@@ -1,0 +1,102 @@
+"""Bandit-ranked domain agents: moves that paid are tried first after a re-base."""
+
+from __future__ import annotations
+
+import random
+
+from swarmfab.agents import Context
+from swarmfab.agents.builtin import BanditAgent, RestartAgent, bandit_agents
+from swarmfab.agents.builtin.bandit import FAILURE_REWARD, verdict_reward
+from swarmfab.goal import default_goal
+from swarmfab.kernels import DesignSpace, KnobValue, design_space
+from swarmfab.records import Candidate, Estimate, ShapeTiming, Status, Verdict
+
+GOAL = default_goal("kda").with_overrides(threads=1)
+
+
+def _verdict(candidate: Candidate, speedup: float | None) -> Verdict:
+    """An accepted verdict ``speedup`` times faster than the incumbent, or a rejection."""
+    if speedup is None:
+        return Verdict(candidate.id, Status.REJECTED, "o does not match the reference")
+    ratio = Estimate(1 / speedup, 1 / speedup, 1 / speedup)
+    timing = ShapeTiming("B1 T8", "champion", Estimate(1.0, 1.0, 1.0),
+                         Estimate(speedup, speedup, speedup), ratio, "faster", 5)
+    return Verdict(candidate.id, Status.ACCEPTED, "", timings=(timing,))
+
+
+def _context(space: DesignSpace, champion: Candidate, evaluated: set[str],
+             recent: tuple[Verdict, ...] = (), seed: int = 0) -> Context:
+    return Context(GOAL, space, champion, frozenset(evaluated), recent, rng=random.Random(seed))
+
+
+def _tiling(space: DesignSpace) -> BanditAgent:
+    return next(agent for agent in bandit_agents(space.knobs) if agent.role == "tiling")
+
+
+def test_reward_is_the_log_speedup_and_failures_are_penalised(toy_space: DesignSpace) -> None:
+    space = toy_space
+    candidate = space.instantiate(space.default(), threads=1)
+    assert abs(verdict_reward(_verdict(candidate, 2.0)) - 0.693) < 1e-3
+    assert verdict_reward(_verdict(candidate, 0.5)) < 0
+    assert verdict_reward(_verdict(candidate, None)) == FAILURE_REWARD
+
+
+def test_moves_that_paid_are_tried_first_after_a_rebase(toy_space: DesignSpace) -> None:
+    space = toy_space
+    agent = _tiling(space)
+    champion = space.instantiate(space.default(), threads=1)
+    evaluated = {champion.id}
+    steps = agent.propose(_context(space, champion, evaluated), limit=4)
+    assert len(steps) == 4  # every single step of tile (8, 32) and chunk (16, 64)
+    evaluated |= {c.id for c in steps}
+    outcome = {"tile": 1.5, "chunk": None}  # tile moves pay, chunk moves break kernels
+    verdicts = []
+    for candidate in steps:
+        changed = next(k for k in ("tile", "chunk") if candidate.knobs[k] != champion.knobs[k])
+        speedup = outcome[changed]
+        if changed == "tile" and candidate.knobs["tile"] == 8:
+            speedup = 0.8  # smaller tiles are slower
+        verdicts.append(_verdict(candidate, speedup))
+    # another domain's change lands: the agent re-bases around the new champion
+    rebased = space.instantiate({**space.default(), "parallel": "heads"}, threads=1)
+    evaluated.add(rebased.id)
+    ranked = agent.propose(_context(space, rebased, evaluated, tuple(verdicts)), limit=4)
+    first, last = ranked[0].knobs, ranked[-1].knobs
+    assert first["tile"] == 32 and first["chunk"] == rebased.knobs["chunk"]
+    assert last["chunk"] != rebased.knobs["chunk"]
+    assert agent.score(("tile", 32)) > agent.score(("tile", 8)) > agent.score(("chunk", 16))
+
+
+def test_a_prior_orders_moves_before_any_verdict(toy_space: DesignSpace) -> None:
+    space = toy_space
+    tiling = tuple(k for k in space.knobs if k.domain == "tiling")
+    agent = BanditAgent("builtin-tiling", "tiling", tiling, prior={("chunk", 64): 0.5})
+    champion = space.instantiate(space.default(), threads=1)
+    (first,) = agent.propose(_context(space, champion, {champion.id}, seed=3), limit=1)
+    assert first.knobs["chunk"] == 64
+
+
+def test_agents_change_only_their_own_knobs_in_a_real_space() -> None:
+    space = design_space("kda")
+    champion = space.instantiate(space.default(), threads=1)
+    for agent in bandit_agents(space.knobs):
+        own = {knob.name for knob in agent.knobs}
+        proposals = agent.propose(_context(space, champion, {champion.id}), limit=6)
+        assert proposals, agent.id
+        for candidate in proposals:
+            changed = {k for k, v in candidate.knobs.items() if champion.knobs[k] != v}
+            assert changed and changed <= own
+
+
+def test_restart_agent_samples_a_large_space_without_repeats() -> None:
+    space = design_space("kda")
+    assert space.size() > 100_000
+    champion = space.instantiate(space.default(), threads=1)
+    evaluated = {champion.id}
+    for seed in range(5):
+        batch = RestartAgent().propose(_context(space, champion, evaluated, seed=seed), limit=4)
+        assert len(batch) == 4
+        assert not {c.id for c in batch} & evaluated
+        evaluated |= {c.id for c in batch}
+    setting: dict[str, KnobValue] = dict(batch[0].knobs)
+    assert set(setting) == {knob.name for knob in space.knobs}
