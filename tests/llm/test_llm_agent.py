@@ -21,9 +21,10 @@ from swarmfab.records import Candidate, CheckResult, Estimate, Lesson, ShapeTimi
 from swarmfab.records import Status as Verdicts
 
 MARK = "/* knobs chosen by swarmfab */\n"
-GOOD_EDIT = ("RATIONALE: one thread needs no OpenMP region\n<<<<<<< SEARCH\n"
-             "#define KDA_PARALLEL 2\n#define KDA_THREADS 1\n=======\n"
-             "#define KDA_PARALLEL 0\n#define KDA_THREADS 1\n>>>>>>> REPLACE\n")
+# a correct edit of the design space's starting point (the chunked template)
+GOOD_EDIT = ("RATIONALE: unroll the micro-kernel twice\n<<<<<<< SEARCH\n"
+             "#define CH_RB 4\n#define CH_UNROLL 1\n=======\n"
+             "#define CH_RB 4\n#define CH_UNROLL 2\n>>>>>>> REPLACE\n")
 
 
 def edit(old: str, new: str, why: str = "an edit") -> str:
@@ -69,11 +70,10 @@ def test_a_fresh_proposal_shows_goal_role_source_and_format(goal: Goal) -> None:
     assert "_forward(const float *q" in prompt  # the ABI, from the workload's own documentation
     assert "<<<<<<< SEARCH" in prompt and "no champion yet" in prompt
     assert candidate.sources[candidate.entry] == start.sources[start.entry].replace(
-        "#define KDA_PARALLEL 2\n#define KDA_THREADS",
-        "#define KDA_PARALLEL 0\n#define KDA_THREADS")
+        "#define CH_RB 4\n#define CH_UNROLL 1\n", "#define CH_RB 4\n#define CH_UNROLL 2\n")
     assert (candidate.agent, candidate.knobs, candidate.parents) == ("llm-vectorisation", {}, ())
     assert candidate.flags == start.flags and candidate.entry == start.entry
-    assert candidate.rationale == "vectorisation: one thread needs no OpenMP region"
+    assert candidate.rationale == "vectorisation: unroll the micro-kernel twice"
     call = json.loads(dict(agent.take_events())["llm-call"])
     assert (call["input_tokens"], call["output_tokens"]) == (1200, 300)
     assert call["cost_usd"] == pytest.approx((1200 * 1.0 + 300 * 2.0) / 1e6)
@@ -121,7 +121,7 @@ def test_an_edit_that_does_not_apply_is_sent_back_at_once(goal: Goal) -> None:
         [candidate] = agent.propose(context(goal))
     assert "holds no edit" in llm.requests[1].prompt
     assert "does not match the file" in llm.requests[2].prompt
-    assert "#define KDA_PARALLEL 0" in candidate.sources[candidate.entry]
+    assert "#define CH_UNROLL 2" in candidate.sources[candidate.entry]
     assert kinds(agent).count("llm-edit-failed") == 2
 
 

@@ -45,9 +45,10 @@ budget_usd = 5.0
 """
 KEY = "fake-llm-secret-4242"
 HOSTILE = (Path(__file__).parents[1] / "redteam" / "candidates" / "c_memo_by_pointer.c")
-GOOD_EDIT = ("RATIONALE: one thread needs no OpenMP region\n<<<<<<< SEARCH\n"
-             "#define KDA_PARALLEL 2\n#define KDA_THREADS 1\n=======\n"
-             "#define KDA_PARALLEL 0\n#define KDA_THREADS 1\n>>>>>>> REPLACE\n")
+# a correct edit of the design space's starting point (the chunked template)
+GOOD_EDIT = ("RATIONALE: unroll the micro-kernel twice\n<<<<<<< SEARCH\n"
+             "#define CH_RB 4\n#define CH_UNROLL 1\n=======\n"
+             "#define CH_RB 4\n#define CH_UNROLL 2\n>>>>>>> REPLACE\n")
 HOSTILE_REPLY = f"RATIONALE: reuse the last result\n```c\n{HOSTILE.read_text()}```\n"
 NO_COMPILE = ("RATIONALE: wider vectors\n<<<<<<< SEARCH\n/* knobs chosen by swarmfab */\n"
               "=======\nstatic int oops = not_declared;\n>>>>>>> REPLACE\n")
@@ -79,19 +80,19 @@ def test_an_llm_edit_becomes_champion_and_a_hostile_one_is_rejected(tmp_path: Pa
               Reply("VERDICT: CLEAN\nonly the OpenMP switch changed"), Reply(HOSTILE_REPLY)]
     with FakeLLM(script, default=Reply("")) as llm:
         run_swarmfab(tmp_path, llm, "llm,builtin",
-                     GOAL.format(budget="60s", evaluations=6, repairs=1, retries=1))
+                     GOAL.format(budget="60s", evaluations=8, repairs=1, retries=1))
     store = Store(tmp_path / "x.db")
     run = store.run(None)
     assert run.status == "finished" and run.goal["agents"] == ["llm", "builtin"]
     rows = {row.candidate_id: (row, verdict) for row, verdict in store.verdicts(run.id)}
     by_llm = [(row, verdict) for row, verdict in rows.values()
               if row.agent == "llm-vectorisation"]
-    assert len(by_llm) == 2 and len(rows) == 6
+    assert len(by_llm) == 2 and len(rows) == 8  # the LLM agent, then six domains, in turn
     (good_row, good), (bad_row, bad) = by_llm
     assert good.status is Verdicts.ACCEPTED and good_row.became_champion
     assert any(t.comparison == "faster" for t in good.timings)
-    assert "#define KDA_PARALLEL 0" in store.candidate(good_row.candidate_id).sources[
-        "kda_recurrent.c"]
+    assert "#define CH_UNROLL 2" in store.candidate(good_row.candidate_id).sources[
+        "kda_chunked.c"]
     assert bad.status is Verdicts.REJECTED and not bad_row.became_champion
     assert bad.failed_check is not None  # caught by the verifier's probes (memo by pointer)
     reviews = events(store, run.id, "llm-review")
