@@ -14,13 +14,29 @@ from swarmfab.agents import Context
 from swarmfab.agents.builtin import LocalSearchAgent
 from swarmfab.cli import app
 from swarmfab.goal import default_goal
-from swarmfab.kernels import DesignSpace
+from swarmfab.kernels import DesignSpace, Knob, Setting
 from swarmfab.knowledge import LessonContext, Store
 from swarmfab.knowledge.lessons import device_class, extract, merge, shape_class
 from swarmfab.records import Candidate, Estimate, Lesson, ShapeTiming, Status, Verdict
 
 HOST = {"machine": "x86_64", "threads": 2, "isa": "x86_64 avx avx2 avx512f fma"}
 SHAPE = "B1 T256 H4 K64 V64"  # prefill-s
+
+
+def _render(setting: Setting, threads: int) -> tuple[dict[str, str], str, tuple[str, ...]]:
+    text = "".join(f"#define {name.upper()} {value}\n" for name, value in setting.items())
+    return {"k.c": text + f"/* {threads} threads */\n"}, "k.c", ()
+
+
+@pytest.fixture
+def space() -> DesignSpace:
+    """A small space in four domains, every knob rendered (lessons know only knob names)."""
+    return DesignSpace("toy", "kda", "c", (
+        Knob("passes", "algorithm", ("fused", "separate"), "fused"),
+        Knob("tile_v", "tiling", (8, 16, 32, 64, 128), 32, ordered=True),
+        Knob("parallel", "parallelism", ("serial", "heads", "tiles"), "tiles"),
+        Knob("flags", "compiler", ("O3-native", "O3-native-fastmath"), "O3-native"),
+    ), _render)
 
 
 def _make(space: DesignSpace, parent: Candidate | None = None, **changes: object) -> Candidate:
