@@ -19,7 +19,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/swarmfab run kda --budget 60s
+	$(BIN)/swarmfab run examples/goals/kda-demo.toml
 	$(BIN)/swarmfab export --out out/kda-champion
 
 test: $(STAMP)
