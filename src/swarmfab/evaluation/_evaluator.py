@@ -279,11 +279,21 @@ class Evaluator:
         plan = [(case, [incumbents[case.shape.label], mine]) for case in self.targets]
         limits = self._limits_for([impl for _, impls in plan for impl in impls])
         plan, stage = _staged(plan)
-        outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads, self.policy,
-                            "candidate", self.device, limits=limits,
-                            stage={**stage, **self._stage})
-        if outcome.status is not JobStatus.OK:
-            return job_failed(candidate, outcome, "benchmark", started, verified)
+        # the outputs are compared on the job's cores too: it is verification work, and
+        # on any other core it would disturb a benchmark running there
+        with self.cores.lease(self.threads) as cores:
+            outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads,
+                                self.policy, "candidate", self.device, limits=limits,
+                                stage={**stage, **self._stage}, cores=cores)
+            if outcome.status is not JobStatus.OK:
+                return job_failed(candidate, outcome, "benchmark", started, verified)
+            with pinned_thread(cores):
+                return self._judge_timings(candidate, outcome, incumbents, verified, started)
+
+    def _judge_timings(
+        self, candidate: Candidate, outcome: JobOutcome, incumbents: dict[str, Implementation],
+        verified: tuple[CheckResult, ...], started: float,
+    ) -> Verdict:
         checks = list(verified)
         timings = []
         for case, run in zip(self.targets, outcome.value, strict=True):
@@ -388,10 +398,11 @@ class Evaluator:
                                 stage={str(staged.path): artifact.path, **self._stage},
                                 cores=cores)
             references.result()
-        try:
-            return self._judge_cases(candidate, outcome, cases, started)
-        finally:
-            self._forget(cases)
+            try:
+                with pinned_thread(cores):  # comparing is verification work: on the lease
+                    return self._judge_cases(candidate, outcome, cases, started)
+            finally:
+                self._forget(cases)
 
     def _pinned_references(self, cores: tuple[int, ...], cases: Sequence[Case]) -> None:
         with pinned_thread(cores):
