@@ -35,10 +35,11 @@ from rich.table import Table
 
 from swarmfab.knowledge import Store
 
-SOURCE = ("kda", "1,128,4,32,32")  # run A
+# shapes where the search has room: at tiny ones the starting point is already final
+SOURCE = ("kda", "1,256,4,64,64")  # run A
 TARGETS = {  # run B: (workload, shape)
-    "kda at a new shape": ("kda", "2,256,4,32,32"),
-    "gdn after kda": ("gdn", "1,128,4,32,32"),
+    "kda at a new shape": ("kda", "2,512,4,64,64"),
+    "gdn after kda": ("gdn", "1,256,4,64,64"),
 }
 REACHED = 0.95
 
