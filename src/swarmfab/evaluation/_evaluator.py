@@ -134,10 +134,9 @@ class Evaluator:
             for i, shape in enumerate(target_shapes)
         ]
         self._references: dict[tuple[str, int, bool], Outputs] = {}
-        self._lock = threading.RLock()  # guards the references and the work counter
+        self._lock = threading.RLock()  # guards the references
         self._local = threading.local()  # each thread's last verification cases
         self.peaks = peaks  # enables roofline fractions and the impossible-speed check
-        self.work_s = 0.0  # seconds spent building and in sandboxed jobs (the real work)
         self.cores = cores or CoreBroker()
         self._cancel = threading.Event()
         # jobs find the workload by name, or in a staged copy of the user's workload file
@@ -200,34 +199,22 @@ class Evaluator:
         """Build (or reuse) a candidate; a cache that cannot be written is the platform's
         problem, not the candidate's, so it raises instead of becoming a verdict."""
         with self.cores.lease(1) as cores, pinned_thread(cores):  # the compiler's core
-            started = time.monotonic()
             try:
                 return get_backend(candidate.backend).build(candidate, self.cache_dir)
             except OSError as exc:
                 raise SandboxError(f"cannot write the build cache under {self.cache_dir}: "
                                    f"{exc.strerror or exc} (is the disk full?)") from exc
-            finally:
-                self._worked(started)
-
-    def _worked(self, since: float) -> None:
-        with self._lock:
-            self.work_s += time.monotonic() - since
 
     def _job(self, job: Callable[..., Any], *args: Any, limits: Limits,
              stage: dict[str, Path], cores: tuple[int, ...] | None = None) -> JobOutcome:
-        """A sandboxed job on leased cores (``cores``, or a lease of its own), its wall
-        time counted as work (building, verifying, timing)."""
+        """A sandboxed job on leased cores (``cores``, or a lease of its own)."""
         if cores is None:
             with self.cores.lease(self.threads) as leased:
                 return self._job(job, *args, limits=limits, stage=stage, cores=leased)
         if self._cancel.is_set():
             raise Cancelled("the run is stopping")
-        started = time.monotonic()
-        try:
-            outcome = run_job(job, *args, limits=dataclasses.replace(limits, cores=cores),
-                              stage=stage, cancel=self._cancel)
-        finally:
-            self._worked(started)
+        outcome = run_job(job, *args, limits=dataclasses.replace(limits, cores=cores),
+                          stage=stage, cancel=self._cancel)
         if outcome.status is JobStatus.CANCELLED:
             raise Cancelled("the run is stopping")
         return outcome
