@@ -15,6 +15,7 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from swarmfab.backends._base import Artifact, Backend
 from swarmfab.errors import BuildError, CandidateError, Diagnostic
@@ -114,13 +115,17 @@ class CBackend(Backend):
             raise BuildError(f"compilation failed: {first}", diagnostics, log)
 
     def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
-        try:
-            library = ctypes.CDLL(str(artifact.path))
-        except OSError as exc:
-            raise CandidateError(f"cannot load the compiled kernel: {exc}") from exc
-        try:
-            function = getattr(library, workload.c_symbol)
-        except AttributeError:
-            raise CandidateError(f"the kernel does not export {workload.c_symbol}") from None
-        return workload.wrap_c(function, fill_outputs=fill_outputs)
+        return workload.wrap_c(load_symbol(artifact, workload), fill_outputs=fill_outputs)
+
+
+def load_symbol(artifact: Artifact, workload: Workload) -> Any:
+    """The workload's entry point in a built shared library (C or CUDA)."""
+    try:
+        library = ctypes.CDLL(str(artifact.path))
+    except OSError as exc:
+        raise CandidateError(f"cannot load the compiled kernel: {exc}") from exc
+    try:
+        return getattr(library, workload.c_symbol)
+    except AttributeError:
+        raise CandidateError(f"the kernel does not export {workload.c_symbol}") from None
 

@@ -13,7 +13,6 @@ on the device.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
 import os
@@ -24,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from swarmfab.backends._base import Artifact, Backend
+from swarmfab.backends.c import load_symbol
 from swarmfab.backends.c import parse_diagnostics as parse_host_diagnostics
 from swarmfab.backends.python import PythonBackend
 from swarmfab.errors import BuildError, CandidateError, Diagnostic
@@ -174,15 +174,8 @@ class CudaBackend(Backend):
         import torch
 
         torch.cuda.init()  # the runtime in the library shares PyTorch's primary context
-        try:
-            library = ctypes.CDLL(str(artifact.path))
-        except OSError as exc:
-            raise CandidateError(f"cannot load the compiled kernel: {exc}") from exc
-        try:
-            function = getattr(library, workload.c_symbol)
-        except AttributeError:
-            raise CandidateError(f"the kernel does not export {workload.c_symbol}") from None
-        return workload.wrap_c(function, fill_outputs=fill_outputs, device="cuda")
+        return workload.wrap_c(load_symbol(artifact, workload), fill_outputs=fill_outputs,
+                               device="cuda")
 
 
 def ptxas_usage(log: str) -> str:
