@@ -5,11 +5,13 @@ name of its entry point, so the agents, knobs and search are the same. The ``alg
 knob picks the template:
 
 - ``recurrent.c``: token by token, the state tiled by value columns (a tile stays in
-  L1/L2 for the whole sequence);
+  L1/L2 for the whole sequence), the decay applied every token or deferred into
+  rescaled keys and queries;
 - ``chunked.c``: the chunked WY/UT form, intra-chunk products with anchored decays, a
   triangular solve and register-blocked micro-kernels.
 
-Knobs a template does not read are left out of its source, so two settings that differ
+``common.h`` (argument struct, exp, output pages) goes in front of either template, so
+a candidate stays one file. Knobs a template does not read are left out of its source, so two settings that differ
 only there render the same candidate (same content hash) and are judged once.
 """
 
@@ -32,6 +34,7 @@ _OPTIMISATION = {
     "O3-fastmath-unroll": ("-O3", "-ffast-math", "-funroll-loops"),
 }
 _PARALLEL = {"serial": 0, "heads": 1, "tiles": 2}
+_PASSES = {"separate": 4, "fused": 2, "pipelined": 1}
 
 
 def _template(name: str) -> str:
@@ -39,13 +42,16 @@ def _template(name: str) -> str:
 
 
 def _recurrent_defines(setting: Setting, threads: int) -> list[str]:
+    vmajor = setting["state_layout"] == "v-major"
+    passes = _PASSES[str(setting["passes"])]
     return [
-        f"#define KDA_BV {setting['tile_v']}",
-        f"#define KDA_FUSED {1 if setting['passes'] == 'fused' else 0}",
-        f"#define KDA_PARALLEL {_PARALLEL[str(setting['parallel'])]}",
-        f"#define KDA_THREADS {threads}",
-        f"#define KDA_SCHEDULE {setting['schedule']}",
-        f"#define KDA_VMAJOR {1 if setting['state_layout'] == 'v-major' else 0}",
+        f"#define RC_BV {setting['tile_v']}",
+        f"#define RC_PASSES {2 if vmajor and passes == 4 else passes}",  # a row is swept whole
+        f"#define RC_DEFERRED {1 if setting['decay'] == 'deferred' else 0}",
+        f"#define RC_PARALLEL {_PARALLEL[str(setting['parallel'])]}",
+        f"#define RC_THREADS {threads}",
+        f"#define RC_SCHEDULE {setting['schedule']}",
+        f"#define RC_VMAJOR {int(vmajor)}",
     ]
 
 
@@ -76,7 +82,7 @@ def _render(
         *knobs,
     ]
     source = ("/* knobs chosen by swarmfab */\n" + "\n".join(defines) + "\n\n"
-              + _template(f"{algorithm}.c"))
+              + _template("common.h") + "\n" + _template(f"{algorithm}.c"))
     entry = f"{workload}_{algorithm}.c"
     isa = dict(isa_targets())[str(setting["isa"])]
     return {entry: source}, entry, (*_OPTIMISATION[str(setting["optimisation"])], *isa)
@@ -99,8 +105,12 @@ def delta_space(workload: str) -> DesignSpace:
         knobs=(
             Knob("algorithm", "algorithm", ("recurrent", "chunked"), "chunked",
                  help="per-token recurrence, or the chunked WY/UT form"),
-            Knob("passes", "algorithm", ("fused", "separate"), "fused",
-                 help="recurrence: two fused passes over the tile per token, or four"),
+            Knob("passes", "algorithm", tuple(_PASSES), "fused",
+                 help="recurrence: sweeps over a state tile per token (4, 2, or 1 that also "
+                      "starts the next token)"),
+            Knob("decay", "algorithm", ("eager", "deferred"), "eager",
+                 help="recurrence: multiply the state by the decay every token, or fold it "
+                      "into rescaled keys and queries with occasional renormalisation"),
             Knob("tile_v", "tiling", (8, 16, 32, 64, 128), 32, ordered=True,
                  help="state columns per tile (recurrence; chunked when parallel=tiles)"),
             Knob("chunk", "tiling", (16, 32, 64, 128), 64, ordered=True,

@@ -27,14 +27,8 @@
  *   CH_PARALLEL   1: OpenMP over (batch, value head); 2: over (batch, value head, V tile)
  *   CH_SCHEDULE   OpenMP schedule kind (static, dynamic, guided)
  *   CH_THREADS    OpenMP thread count
- *   DELTA_HUGE_OUTPUTS 1: 2 MB pages behind the outputs (madvise) before they are written
- * Workload: DELTA_SCALAR_GATE (0: g is [B,T,HV,K]; 1: g is [B,T,HV]), DELTA_SYMBOL.
+ * Workload and shared helpers (exp, gate, output pages): common.h.
  */
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
 #ifndef CH_C
 #define CH_C 64
 #endif
@@ -59,72 +53,12 @@
 #ifndef CH_THREADS
 #define CH_THREADS 1
 #endif
-#ifndef DELTA_HUGE_OUTPUTS
-#define DELTA_HUGE_OUTPUTS 0
-#endif
-#ifndef DELTA_SCALAR_GATE
-#define DELTA_SCALAR_GATE 0
-#endif
-#ifndef DELTA_SYMBOL
-#define DELTA_SYMBOL kda_forward
-#endif
 
 #define CH_SB 16              /* sub-block of rows sharing one anchor */
 #define CH_SPAN_LIMIT 80.0f   /* exp(80) ~ 5.5e34 < FLT_MAX; exp(-80) > FLT_MIN */
 #define CH_PRAGMA(x) _Pragma(#x)
 #define CH_UNROLL_BY(n) CH_PRAGMA(GCC unroll n)
 #define CH_UNROLL_PRAGMA CH_UNROLL_BY(CH_UNROLL)
-
-typedef struct {
-    const float *q, *k, *v, *g, *beta, *h0;
-    float *o, *ht;
-    float scale;
-    int64_t B, T, H, HV, K, V;
-} ch_args;
-
-#if DELTA_HUGE_OUTPUTS
-#include <sys/mman.h>
-/* Ask for 2 MB pages behind the 2 MB-aligned interior of an output buffer before it is
- * first written: a freshly allocated output (what fla's API and every benchmark hand
- * over) then takes 512x fewer page faults. A hint only: contents are untouched, and
- * pages already faulted in stay as they are. */
-static void advise_huge_pages(void *buffer, size_t bytes)
-{
-    const uintptr_t huge = (uintptr_t)1 << 21;
-    const uintptr_t first = ((uintptr_t)buffer + huge - 1) & ~(huge - 1);
-    const uintptr_t last = ((uintptr_t)buffer + bytes) & ~(huge - 1);
-    if (last > first) (void)madvise((void *)first, last - first, MADV_HUGEPAGE);
-}
-#endif
-
-/*
- * exp(x) for float, branch-free so loops over it vectorise with any -march and without
- * -ffast-math (libm's expf is a scalar call there). Cody-Waite reduction by ln 2 and
- * Cephes' degree-6 polynomial: about 1 ulp on the arguments this kernel sees (<= 0 but
- * for a diagonal block's bounded span, below 80). Arguments below -87.3 give ~1e-38.
- */
-static inline __attribute__((always_inline)) float ch_exp(float x)
-{
-    /* clamp below at -87.3 on the bits (integer compares vectorise under strict IEEE
-     * flags, float ones do not): a negative float's bits grow with its magnitude */
-    union { float f; int32_t i; } in = { .f = x };
-    const int32_t floor_bits = (int32_t)0xC2AE999Au;  /* -87.3f */
-    in.i = (in.i < 0 && in.i > floor_bits) ? floor_bits : in.i;
-    x = in.f;
-    const float y = x * 1.44269504088896341f + 0.5f;
-    int n = (int)y;
-    n -= y < (float)n;  /* floor */
-    const float r = x - (float)n * 0.693359375f + (float)n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } scale = { .i = (n + 127) << 23 };
-    return p * scale.f;
-}
 
 /* Per-thread scratch, sized for one chunk of one job. */
 typedef struct {
@@ -194,17 +128,6 @@ static void gemm_acc(int M, int N, int P, const float *restrict A, int64_t am, i
     }
 }
 
-/* Token t's gate for channel d (a scalar gate is the same for every channel). */
-static inline float gate_at(const ch_args *a, int64_t tok, int64_t d)
-{
-#if DELTA_SCALAR_GATE
-    (void)d;
-    return a->g[tok];
-#else
-    return a->g[tok * a->K + d];
-#endif
-}
-
 /* Akk and Aqk of one chunk of L tokens (rows of k, q already in w->KD / w->QG as raw). */
 static void intra_chunk(ch_work *w, const float *kc, const float *qc, int L, int64_t K, float scale)
 {
@@ -223,7 +146,7 @@ static void intra_chunk(ch_work *w, const float *kc, const float *qc, int L, int
             float *ka = w->KA + i * K, *qa = w->QA + i * K;
 #pragma omp simd
             for (int64_t d = 0; d < K; d++) {
-                const float e = ch_exp(G[i * K + d] - anchor[d]);
+                const float e = delta_exp(G[i * K + d] - anchor[d]);
                 ka[d] = kc[i * K + d] * e;
                 qa[d] = qc[i * K + d] * e * scale;
             }
@@ -232,13 +155,13 @@ static void intra_chunk(ch_work *w, const float *kc, const float *qc, int L, int
         for (int j = 0; j < i0; j++)
 #pragma omp simd
             for (int64_t d = 0; d < K; d++)
-                w->RT[d * CH_C + j] = kc[j * K + d] * ch_exp(anchor[d] - G[j * K + d]);
+                w->RT[d * CH_C + j] = kc[j * K + d] * delta_exp(anchor[d] - G[j * K + d]);
         const int width = factored ? i1 : i0;
         if (factored)
             for (int j = i0; j < i1; j++)
 #pragma omp simd
                 for (int64_t d = 0; d < K; d++)
-                    w->RT[d * CH_C + j] = kc[j * K + d] * ch_exp(anchor[d] - G[j * K + d]);
+                    w->RT[d * CH_C + j] = kc[j * K + d] * delta_exp(anchor[d] - G[j * K + d]);
         if (width > 0) {
             gemm_acc(i1 - i0, width, (int)K, w->KA + i0 * K, K, 1, w->RT, CH_C,
                      w->Akk + i0 * CH_C, CH_C);
@@ -251,7 +174,7 @@ static void intra_chunk(ch_work *w, const float *kc, const float *qc, int L, int
                     float skk = 0.0f, sqk = 0.0f;
 #pragma omp simd reduction(+ : skk, sqk)
                     for (int64_t d = 0; d < K; d++) {
-                        const float kd = kc[j * K + d] * ch_exp(G[i * K + d] - G[j * K + d]);
+                        const float kd = kc[j * K + d] * delta_exp(G[i * K + d] - G[j * K + d]);
                         skk += kc[i * K + d] * kd;
                         sqk += qc[i * K + d] * kd;
                     }
@@ -266,7 +189,7 @@ static void intra_chunk(ch_work *w, const float *kc, const float *qc, int L, int
 }
 
 /* One (batch, value head, value tile) over the whole sequence. */
-static void run_job(const ch_args *a, ch_work *w, int64_t b, int64_t hv, int64_t v0, int vw)
+static void run_job(const delta_args *a, ch_work *w, int64_t b, int64_t hv, int64_t v0, int vw)
 {
     const int64_t K = a->K, V = a->V, T = a->T, h = hv / (a->HV / a->H);
     float *S = w->S;
@@ -283,7 +206,7 @@ static void run_job(const ch_args *a, ch_work *w, int64_t b, int64_t hv, int64_t
             memcpy(qc + i * K, a->q + qk, sizeof(float) * K);
             w->beta[i] = a->beta[tok];
             for (int64_t d = 0; d < K; d++)
-                w->G[i * K + d] = (i ? w->G[(i - 1) * K + d] : 0.0f) + gate_at(a, tok, d);
+                w->G[i * K + d] = (i ? w->G[(i - 1) * K + d] : 0.0f) + delta_gate(a, tok, d);
         }
         intra_chunk(w, kc, qc, L, K, a->scale);
         /* W = (I + Diag(beta) Akk)^-1 Diag(beta) K*exp(G), U likewise with V: forward
@@ -296,7 +219,7 @@ static void run_job(const ch_args *a, ch_work *w, int64_t b, int64_t hv, int64_t
             const float *vi = a->v + tok * V + v0;
 #pragma omp simd
             for (int64_t d = 0; d < K; d++) {
-                ei[d] = ch_exp(w->G[i * K + d]);  /* exp(G_i) <= 1, kept for the readout */
+                ei[d] = delta_exp(w->G[i * K + d]);  /* exp(G_i) <= 1, kept for the readout */
                 wi[d] = bi * kc[i * K + d] * ei[d];
             }
 #pragma omp simd
@@ -331,7 +254,7 @@ static void run_job(const ch_args *a, ch_work *w, int64_t b, int64_t hv, int64_t
 #pragma omp simd
             for (int64_t d = 0; d < K; d++) {
                 qc[i * K + d] *= a->scale * w->KA[i * K + d];
-                kc[i * K + d] *= ch_exp(Glast[d] - w->G[i * K + d]);
+                kc[i * K + d] *= delta_exp(Glast[d] - w->G[i * K + d]);
             }
         memset(w->O, 0, sizeof(float) * L * w->ld);
         gemm_acc(L, vw, (int)K, qc, K, 1, S, w->ld, w->O, w->ld);
@@ -342,7 +265,7 @@ static void run_job(const ch_args *a, ch_work *w, int64_t b, int64_t hv, int64_t
         }
         /* S = Diag(exp(G_last)) S + (K*exp(G_last - G))^T V' */
         for (int64_t d = 0; d < K; d++) {
-            const float decay = ch_exp(Glast[d]);
+            const float decay = delta_exp(Glast[d]);
 #pragma omp simd
             for (int j = 0; j < vw; j++) S[d * w->ld + j] *= decay;
         }
@@ -381,13 +304,10 @@ int DELTA_SYMBOL(const float *q, const float *k, const float *v, const float *g,
                  const float *beta, const float *h0, float *o, float *ht, float scale,
                  int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V)
 {
-    if (B < 1 || T < 1 || H < 1 || HV < 1 || K < 1 || V < 1 || HV % H != 0) return 1;
+    if (!delta_shape_ok(B, T, H, HV, K, V)) return 1;
     if (K > 4096) return 1;  /* the anchor row lives on the stack */
-    const ch_args a = {q, k, v, g, beta, h0, o, ht, scale, B, T, H, HV, K, V};
-#if DELTA_HUGE_OUTPUTS
-    advise_huge_pages(o, (size_t)(B * T * HV * V) * sizeof(float));
-    if (ht) advise_huge_pages(ht, (size_t)(B * HV * K * V) * sizeof(float));
-#endif
+    const delta_args a = {q, k, v, g, beta, h0, o, ht, scale, B, T, H, HV, K, V};
+    advise_outputs(&a);
 #if CH_PARALLEL == 2
     const int64_t tile = CH_VT;
 #else

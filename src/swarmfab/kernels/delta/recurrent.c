@@ -1,227 +1,381 @@
 /*
  * Gated delta rule forward (KDA: decay per key channel; GDN: one decay per head and
- * token), per-token recurrence, for CPUs.
+ * token), per-token recurrence, for CPUs. Same C ABI as chunked.c.
  *
  * Each value column of the K x V state evolves independently, so the state is tiled by
- * value columns (KDA_BV wide): one tile stays in L1/L2 for the whole sequence and tiles
- * never exchange data. Knobs (set as #defines by the design space):
- *   KDA_BV        value-column tile width
- *   KDA_FUSED     1: two passes over the tile per token (decay + S^T k; update + readout)
- *                 0: four separate passes
- *   KDA_PARALLEL  0: serial; 1: OpenMP over (batch, value head); 2: also over tiles
- *   KDA_THREADS   OpenMP thread count
- *   KDA_SCHEDULE  OpenMP schedule kind of the job loop (static, dynamic, guided)
- *   KDA_VMAJOR    0: tile rows are key channels (K rows of KDA_BV values);
- *                 1: tile rows are value columns (KDA_BV rows of K keys): one row is read,
- *                    updated and read out in a single visit, and the decay is a vector
- *   DELTA_HUGE_OUTPUTS 1: 2 MB pages behind the outputs (madvise) before they are written
- * Workload (set by the workload's design space):
- *   DELTA_SCALAR_GATE  0: g is [B,T,HV,K] (KDA); 1: g is [B,T,HV] (GDN)
- *   DELTA_SYMBOL       exported entry point (kda_forward, gdn_forward)
+ * value columns (RC_BV wide): a tile stays in L1/L2 while a block of RC_NB tokens runs
+ * over it, and tiles never exchange data. Per token and tile:
+ *   acc = S^T k;  u = beta (v - acc);  S += k u^T;  o = scale S^T q   (S decayed first).
+ * Queries, keys and decays of a block are prepared once per (batch, value head) and
+ * shared by its tiles.
+ *
+ * Deferred decay (RC_DEFERRED 1): the state is kept as S = Diag(c) S~, c the product of
+ * the decays since the last renormalisation (log c = L, per key channel). Then
+ *   acc = S~^T (k c);  S~ += (k / c) u^T;  o = S~^T (scale q c)
+ * and the decay costs nothing per element. When some |L| exceeds RC_LOG_LIMIT the rows
+ * of S~ are multiplied by c and L restarts at 0, so k / c stays below exp(RC_LOG_LIMIT)
+ * and nothing overflows, strong decay included (it renormalises every token there).
+ *
+ * Knobs (set as #defines by the design space):
+ *   RC_BV        value columns per state tile
+ *   RC_PASSES    sweeps over a tile per token: 4 (decay; S^T k; update; readout),
+ *                2 (decay with S^T k; update with readout), or 1 (update, readout and the
+ *                next token's decay and S^T k in one sweep: one load and one store per
+ *                state element and token)
+ *   RC_DEFERRED  0: decay the state every token; 1: deferred decay (above)
+ *   RC_PARALLEL  0: serial; 1: OpenMP over (batch, value head); 2: also over tiles
+ *   RC_THREADS   OpenMP thread count
+ *   RC_SCHEDULE  OpenMP schedule kind of the job loop (static, dynamic, guided)
+ *   RC_VMAJOR    0: tile rows are key channels (K rows of RC_BV values);
+ *                1: tile rows are value columns (RC_BV rows of K keys, dot products)
  */
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-#ifndef KDA_BV
-#define KDA_BV 32
+#ifndef RC_BV
+#define RC_BV 32
 #endif
-#ifndef KDA_FUSED
-#define KDA_FUSED 1
+#ifndef RC_PASSES
+#define RC_PASSES 2
 #endif
-#ifndef KDA_PARALLEL
-#define KDA_PARALLEL 2
+#ifndef RC_DEFERRED
+#define RC_DEFERRED 0
 #endif
-#ifndef KDA_THREADS
-#define KDA_THREADS 1
+#ifndef RC_PARALLEL
+#define RC_PARALLEL 1
 #endif
-#ifndef KDA_SCHEDULE
-#define KDA_SCHEDULE static
+#ifndef RC_THREADS
+#define RC_THREADS 1
 #endif
-#ifndef KDA_VMAJOR
-#define KDA_VMAJOR 0
+#ifndef RC_SCHEDULE
+#define RC_SCHEDULE static
 #endif
-#ifndef DELTA_HUGE_OUTPUTS
-#define DELTA_HUGE_OUTPUTS 0
-#endif
-#ifndef DELTA_SCALAR_GATE
-#define DELTA_SCALAR_GATE 0
-#endif
-#ifndef DELTA_SYMBOL
-#define DELTA_SYMBOL kda_forward
-#endif
-#if DELTA_SCALAR_GATE
-#define GATE_STRIDE 1
-#define DECAY(gt, i) decay0
-#else
-#define GATE_STRIDE K
-#define DECAY(gt, i) expf((gt)[i])
+#ifndef RC_VMAJOR
+#define RC_VMAJOR 0
 #endif
 
+#define RC_NB 64               /* tokens prepared at once */
+#define RC_LOG_LIMIT 30.0f     /* exp(30) ~ 1e13: keys rescaled by 1/c stay far from overflow */
+#define RC_AT(S, i, j, K) (S)[RC_VMAJOR ? (j) * (K) + (i) : (i) * RC_BV + (j)]
+
+/* One job's scratch: a prepared block of tokens and the state tiles it owns. */
 typedef struct {
-    const float *q, *k, *v, *g, *beta, *h0;
-    float *o, *ht;
-    float scale;
-    int64_t B, T, H, HV, K, V;
-} kda_args;
+    float *QC;     /* RC_NB x K: scale * q * c             (readout) */
+    float *KC;     /* RC_NB x K: k * c                     (S^T k) */
+    float *KI;     /* RC_NB x K: k / c                     (update) */
+    float *SC;     /* RC_NB x K: what the state is scaled by before token s, where scaled[s] */
+    float *beta, *L, *acc, *S;
+    unsigned char *scaled;
+} rc_work;
 
-#if DELTA_HUGE_OUTPUTS
-#include <sys/mman.h>
-/* Ask for 2 MB pages behind the 2 MB-aligned interior of an output buffer before it is
- * first written: a freshly allocated output (what fla's API and every benchmark hand
- * over) then takes 512x fewer page faults. A hint only: contents are untouched, and
- * pages already faulted in stay as they are. */
-static void advise_huge_pages(void *buffer, size_t bytes)
+/* Prepare n tokens from t0 of (batch b, value head hv): rescaled q and k, state scales.
+ * Everything a loop reads is a local restrict pointer, so each loop vectorises (exp too). */
+static void prepare(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int64_t t0, int n)
 {
-    const uintptr_t huge = (uintptr_t)1 << 21;
-    const uintptr_t first = ((uintptr_t)buffer + huge - 1) & ~(huge - 1);
-    const uintptr_t last = ((uintptr_t)buffer + bytes) & ~(huge - 1);
-    if (last > first) (void)madvise((void *)first, last - first, MADV_HUGEPAGE);
-}
+    const int64_t K = a->K, h = hv / (a->HV / a->H);
+    const float scale = a->scale;
+    for (int s = 0; s < n; s++) {
+        const int64_t row = b * a->T + t0 + s, tok = row * a->HV + hv;
+        const float *restrict q = a->q + (row * a->H + h) * K, *restrict k = a->k + (row * a->H + h) * K;
+        const float *restrict gt = a->g + tok * (DELTA_SCALAR_GATE ? 1 : K);
+        float *restrict qc = w->QC + s * K, *restrict kc = w->KC + s * K;
+        float *restrict ki = w->KI + s * K, *restrict sc = w->SC + s * K;
+        w->beta[s] = a->beta[tok];
+#if RC_DEFERRED
+        float *restrict L = w->L;
+        int renormalise = 0;
+#pragma omp simd reduction(| : renormalise)
+        for (int64_t d = 0; d < K; d++) {
+            L[d] += gt[DELTA_SCALAR_GATE ? 0 : d];
+            renormalise |= fabsf(L[d]) > RC_LOG_LIMIT;
+        }
+        w->scaled[s] = (unsigned char)renormalise;
+        if (renormalise)
+#pragma omp simd
+            for (int64_t d = 0; d < K; d++) { sc[d] = delta_exp(L[d]); L[d] = 0.0f; }
+#pragma omp simd
+        for (int64_t d = 0; d < K; d++) {
+            const float c = delta_exp(L[d]), inverse = delta_exp(-L[d]);
+            qc[d] = scale * q[d] * c;
+            kc[d] = k[d] * c;
+            ki[d] = k[d] * inverse;
+        }
+#else
+        w->scaled[s] = 1;
+#pragma omp simd
+        for (int64_t d = 0; d < K; d++) {
+            sc[d] = delta_exp(gt[DELTA_SCALAR_GATE ? 0 : d]);
+            qc[d] = scale * q[d];
+            kc[d] = k[d];
+            ki[d] = k[d];
+        }
 #endif
+    }
+}
 
-/* One token's update of one state tile S (K rows of `bv` columns, row stride KDA_BV). */
+#if !RC_VMAJOR
+/* acc = S^T kc, first multiplying the rows of S by sc when `scaled` (and storing them).
+ * Two accumulators (even and odd rows) halve the dependency chain of the reduction. */
 static inline __attribute__((always_inline)) void
-token_step(float *restrict S, const float *restrict qt, const float *restrict kt,
-           const float *restrict gt, const float *restrict vt, float bt, float scale,
-           float *restrict ot, int64_t K, int bv)
+sweep_project(float *restrict S, int64_t K, const int bv, const float *restrict sc, int scaled,
+              const float *restrict kc, float *restrict acc)
 {
-    float acc[KDA_BV], upd[KDA_BV], out[KDA_BV];
-    for (int j = 0; j < bv; j++) { acc[j] = 0.0f; out[j] = 0.0f; }
-#if DELTA_SCALAR_GATE
-    const float decay0 = expf(gt[0]);
-#endif
-#if KDA_FUSED
-    for (int64_t i = 0; i < K; i++) {
-        const float d = DECAY(gt, i), ki = kt[i];
-        float *restrict row = S + i * KDA_BV;
+    float a0[RC_BV], a1[RC_BV];
+    for (int j = 0; j < bv; j++) { a0[j] = 0.0f; a1[j] = 0.0f; }
+    int64_t i = 0;
+    for (; i + 1 < K; i += 2) {
+        float *restrict r0 = S + i * RC_BV, *restrict r1 = r0 + RC_BV;
+        const float k0 = kc[i], k1 = kc[i + 1], d0 = sc[i], d1 = sc[i + 1];
+        if (scaled) {
 #pragma omp simd
-        for (int j = 0; j < bv; j++) { row[j] *= d; acc[j] += row[j] * ki; }
-    }
-    for (int j = 0; j < bv; j++) upd[j] = bt * (vt[j] - acc[j]);
-    for (int64_t i = 0; i < K; i++) {
-        const float ki = kt[i], qi = qt[i] * scale;
-        float *restrict row = S + i * KDA_BV;
+            for (int j = 0; j < bv; j++) {
+                const float x0 = r0[j] * d0, x1 = r1[j] * d1;
+                r0[j] = x0; r1[j] = x1;
+                a0[j] += x0 * k0; a1[j] += x1 * k1;
+            }
+        } else {
 #pragma omp simd
-        for (int j = 0; j < bv; j++) { row[j] += ki * upd[j]; out[j] += row[j] * qi; }
+            for (int j = 0; j < bv; j++) { a0[j] += r0[j] * k0; a1[j] += r1[j] * k1; }
+        }
     }
-#else
-    for (int64_t i = 0; i < K; i++) {
-        const float d = DECAY(gt, i);
-        for (int j = 0; j < bv; j++) S[i * KDA_BV + j] *= d;
+    if (i < K) {
+        float *restrict r0 = S + i * RC_BV;
+        const float k0 = kc[i], d0 = scaled ? sc[i] : 1.0f;
+        for (int j = 0; j < bv; j++) { r0[j] *= d0; a0[j] += r0[j] * k0; }
     }
-    for (int64_t i = 0; i < K; i++)
-        for (int j = 0; j < bv; j++) acc[j] += S[i * KDA_BV + j] * kt[i];
-    for (int j = 0; j < bv; j++) upd[j] = bt * (vt[j] - acc[j]);
-    for (int64_t i = 0; i < K; i++)
-        for (int j = 0; j < bv; j++) S[i * KDA_BV + j] += kt[i] * upd[j];
-    for (int64_t i = 0; i < K; i++)
-        for (int j = 0; j < bv; j++) out[j] += S[i * KDA_BV + j] * qt[i] * scale;
-#endif
-    for (int j = 0; j < bv; j++) ot[j] = out[j];
+    for (int j = 0; j < bv; j++) acc[j] = a0[j] + a1[j];
 }
 
-/* One token's update of a value-major tile: row j holds column j of the state (K keys). */
+enum { SWEEP_LAST, SWEEP_NEXT, SWEEP_SCALED_NEXT };
+
+/* S += ki u^T and out = S^T qc; with SWEEP_NEXT also acc = S^T kc for the next token,
+ * with SWEEP_SCALED_NEXT after multiplying the rows by sc (the next token's decay). */
 static inline __attribute__((always_inline)) void
-token_step_vmajor(float *restrict S, const float *restrict qt, const float *restrict kt,
-                  const float *restrict gt, const float *restrict vt, float bt, float scale,
-                  float *restrict ot, int64_t K, int bv, float *restrict decay)
+sweep_update(float *restrict S, int64_t K, const int bv, const int mode,
+             const float *restrict ki, const float *restrict u, const float *restrict qc,
+             float *restrict out, const float *restrict sc, const float *restrict kc,
+             float *restrict acc)
 {
-#if DELTA_SCALAR_GATE
-    const float d0 = expf(gt[0]);
-    for (int64_t i = 0; i < K; i++) decay[i] = d0;
-#else
+    float o0[RC_BV], o1[RC_BV], a0[RC_BV], a1[RC_BV];
+    for (int j = 0; j < bv; j++) { o0[j] = 0.0f; o1[j] = 0.0f; a0[j] = 0.0f; a1[j] = 0.0f; }
+    int64_t i = 0;
+    for (; i + 1 < K; i += 2) {
+        float *restrict r0 = S + i * RC_BV, *restrict r1 = r0 + RC_BV;
+        const float k0 = ki[i], k1 = ki[i + 1], q0 = qc[i], q1 = qc[i + 1];
+        const float d0 = mode == SWEEP_SCALED_NEXT ? sc[i] : 1.0f;
+        const float d1 = mode == SWEEP_SCALED_NEXT ? sc[i + 1] : 1.0f;
+        const float n0 = mode != SWEEP_LAST ? kc[i] : 0.0f;
+        const float n1 = mode != SWEEP_LAST ? kc[i + 1] : 0.0f;
 #pragma omp simd
-    for (int64_t i = 0; i < K; i++) decay[i] = expf(gt[i]);
-#endif
-    for (int j = 0; j < bv; j++) {
-        float *restrict row = S + j * K;
-        float acc = 0.0f, out = 0.0f;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t i = 0; i < K; i++) { row[i] *= decay[i]; acc += row[i] * kt[i]; }
-        const float upd = bt * (vt[j] - acc);
-#pragma omp simd reduction(+ : out)
-        for (int64_t i = 0; i < K; i++) { row[i] += kt[i] * upd; out += row[i] * qt[i]; }
-        ot[j] = out * scale;
+        for (int j = 0; j < bv; j++) {
+            float x0 = r0[j] + k0 * u[j], x1 = r1[j] + k1 * u[j];
+            o0[j] += x0 * q0; o1[j] += x1 * q1;
+            if (mode == SWEEP_SCALED_NEXT) { x0 *= d0; x1 *= d1; }
+            if (mode != SWEEP_LAST) { a0[j] += x0 * n0; a1[j] += x1 * n1; }
+            r0[j] = x0; r1[j] = x1;
+        }
     }
+    if (i < K) {
+        float *restrict r0 = S + i * RC_BV;
+        const float k0 = ki[i], q0 = qc[i];
+        for (int j = 0; j < bv; j++) {
+            float x0 = r0[j] + k0 * u[j];
+            o0[j] += x0 * q0;
+            if (mode == SWEEP_SCALED_NEXT) x0 *= sc[i];
+            if (mode != SWEEP_LAST) a0[j] += x0 * kc[i];
+            r0[j] = x0;
+        }
+    }
+    for (int j = 0; j < bv; j++) out[j] = o0[j] + o1[j];
+    if (mode != SWEEP_LAST)
+        for (int j = 0; j < bv; j++) acc[j] = a0[j] + a1[j];
 }
 
-/* Run the whole sequence for one (batch, value head, value tile). */
-static void run_tile(const kda_args *a, float *restrict S, int64_t b, int64_t hv, int64_t v0)
+/* The textbook order: four plain loops per token (decay, S^T k, update, readout). */
+static inline __attribute__((always_inline)) void
+token_separate(float *restrict S, int64_t K, const int bv, const float *restrict sc, int scaled,
+               const float *restrict kc, const float *restrict ki, const float *restrict qc,
+               const float *restrict v, float bt, float *restrict out)
 {
-    const int bv = (int)(a->V - v0 < KDA_BV ? a->V - v0 : KDA_BV);
-    const int64_t h = hv / (a->HV / a->H), K = a->K, V = a->V;
-    const float *h0 = a->h0 ? a->h0 + ((b * a->HV + hv) * K) * V + v0 : NULL;
-#if KDA_VMAJOR
-#define STATE_AT(i, j) S[(j) * K + (i)]
-    float *decay = S + (int64_t)KDA_BV * K;
-#else
-#define STATE_AT(i, j) S[(i) * KDA_BV + (j)]
-#endif
-    for (int64_t i = 0; i < K; i++)
-        for (int j = 0; j < bv; j++) STATE_AT(i, j) = h0 ? h0[i * V + j] : 0.0f;
-    for (int64_t t = 0; t < a->T; t++) {
-        const int64_t qk_off = ((b * a->T + t) * a->H + h) * K;
-        const int64_t tok = (b * a->T + t) * a->HV + hv;
-        const float *vt = a->v + tok * V + v0;
-        float *ot = a->o + tok * V + v0;
-#if KDA_VMAJOR
-        token_step_vmajor(S, a->q + qk_off, a->k + qk_off, a->g + tok * GATE_STRIDE, vt,
-                          a->beta[tok], a->scale, ot, K, bv, decay);
-#else
-        if (bv == KDA_BV)  /* full tile: constant trip count, fully vectorised */
-            token_step(S, a->q + qk_off, a->k + qk_off, a->g + tok * GATE_STRIDE, vt, a->beta[tok],
-                       a->scale, ot, K, KDA_BV);
-        else
-            token_step(S, a->q + qk_off, a->k + qk_off, a->g + tok * GATE_STRIDE, vt, a->beta[tok],
-                       a->scale, ot, K, bv);
-#endif
-    }
-    if (a->ht) {
-        float *ht = a->ht + ((b * a->HV + hv) * K) * V + v0;
+    float acc[RC_BV], u[RC_BV];
+    if (scaled)
         for (int64_t i = 0; i < K; i++)
-            for (int j = 0; j < bv; j++) ht[i * V + j] = STATE_AT(i, j);
+            for (int j = 0; j < bv; j++) S[i * RC_BV + j] *= sc[i];
+    for (int j = 0; j < bv; j++) { acc[j] = 0.0f; out[j] = 0.0f; }
+    for (int64_t i = 0; i < K; i++)
+        for (int j = 0; j < bv; j++) acc[j] += S[i * RC_BV + j] * kc[i];
+    for (int j = 0; j < bv; j++) u[j] = bt * (v[j] - acc[j]);
+    for (int64_t i = 0; i < K; i++)
+        for (int j = 0; j < bv; j++) S[i * RC_BV + j] += ki[i] * u[j];
+    for (int64_t i = 0; i < K; i++)
+        for (int j = 0; j < bv; j++) out[j] += S[i * RC_BV + j] * qc[i];
+}
+
+/* Run n prepared tokens over one key-major tile (bv value columns from v0). */
+static inline __attribute__((always_inline)) void
+run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t hv,
+          int64_t t0, int n, int64_t v0, const int bv)
+{
+    const int64_t K = a->K, V = a->V;
+    float u[RC_BV], out[RC_BV], *restrict acc = w->acc;
+#if RC_PASSES == 1
+    sweep_project(S, K, bv, w->SC, w->scaled[0], w->KC, acc);
+#endif
+    for (int s = 0; s < n; s++) {
+        const int64_t tok = (b * a->T + t0 + s) * a->HV + hv;
+        const float *restrict vt = a->v + tok * V + v0;
+        const float *qc = w->QC + s * K, *kc = w->KC + s * K, *ki = w->KI + s * K;
+        const float *sc = w->SC + s * K;
+#if RC_PASSES == 4
+        token_separate(S, K, bv, sc, w->scaled[s], kc, ki, qc, vt, w->beta[s], out);
+#else
+#if RC_PASSES == 2
+        sweep_project(S, K, bv, sc, w->scaled[s], kc, acc);
+#endif
+        for (int j = 0; j < bv; j++) u[j] = w->beta[s] * (vt[j] - acc[j]);
+#if RC_PASSES == 1
+        if (s + 1 == n)
+            sweep_update(S, K, bv, SWEEP_LAST, ki, u, qc, out, sc, kc, acc);
+        else if (w->scaled[s + 1])
+            sweep_update(S, K, bv, SWEEP_SCALED_NEXT, ki, u, qc, out, sc + K, kc + K, acc);
+        else
+            sweep_update(S, K, bv, SWEEP_NEXT, ki, u, qc, out, sc + K, kc + K, acc);
+#else
+        sweep_update(S, K, bv, SWEEP_LAST, ki, u, qc, out, sc, kc, acc);
+#endif
+#endif
+        float *restrict ot = a->o + tok * V + v0;
+        for (int j = 0; j < bv; j++) ot[j] = out[j];
     }
-#undef STATE_AT
+}
+#else
+/* Value-major tile: row j is column j of the state (K keys), so every product is a dot
+ * product over one row. RC_PASSES 4 runs as 2 here: a row is swept whole either way. */
+static inline __attribute__((always_inline)) float
+row_project(float *restrict row, int64_t K, const float *restrict sc, int scaled,
+            const float *restrict kc)
+{
+    float acc = 0.0f;
+    if (scaled) {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t i = 0; i < K; i++) { row[i] *= sc[i]; acc += row[i] * kc[i]; }
+    } else {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t i = 0; i < K; i++) acc += row[i] * kc[i];
+    }
+    return acc;
+}
+
+static inline __attribute__((always_inline)) void
+run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t hv,
+          int64_t t0, int n, int64_t v0, const int bv)
+{
+    const int64_t K = a->K, V = a->V;
+    float *restrict acc = w->acc;
+#if RC_PASSES == 1
+    for (int j = 0; j < bv; j++) acc[j] = row_project(S + j * K, K, w->SC, w->scaled[0], w->KC);
+#endif
+    for (int s = 0; s < n; s++) {
+        const int64_t tok = (b * a->T + t0 + s) * a->HV + hv;
+        const float *restrict vt = a->v + tok * V + v0;
+        float *restrict ot = a->o + tok * V + v0;
+        const float *restrict qc = w->QC + s * K, *restrict ki = w->KI + s * K;
+        const int next = RC_PASSES == 1 && s + 1 < n, scaled_next = next && w->scaled[s + 1];
+        for (int j = 0; j < bv; j++) {
+            float *restrict row = S + j * K;
+            if (RC_PASSES != 1) acc[j] = row_project(row, K, w->SC + s * K, w->scaled[s], w->KC + s * K);
+            const float u = w->beta[s] * (vt[j] - acc[j]);
+            float out = 0.0f;
+#pragma omp simd reduction(+ : out)
+            for (int64_t i = 0; i < K; i++) { row[i] += ki[i] * u; out += row[i] * qc[i]; }
+            ot[j] = out;
+            if (next)
+                acc[j] = row_project(row, K, w->SC + (s + 1) * K, scaled_next, w->KC + (s + 1) * K);
+        }
+    }
+}
+#endif
+
+/* One (batch, value head) over the whole sequence, for tiles [tile0, tile1). */
+static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int64_t tile0,
+                    int64_t tile1)
+{
+    const int64_t K = a->K, V = a->V, T = a->T;
+    const float *h0 = a->h0 ? a->h0 + (b * a->HV + hv) * K * V : NULL;
+    for (int64_t d = 0; d < K; d++) w->L[d] = 0.0f;
+    for (int64_t tile = tile0; tile < tile1; tile++) {
+        float *S = w->S + (tile - tile0) * K * RC_BV;
+        const int64_t v0 = tile * RC_BV;
+        const int bv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
+        for (int64_t i = 0; i < K; i++)
+            for (int j = 0; j < bv; j++) RC_AT(S, i, j, K) = h0 ? h0[i * V + v0 + j] : 0.0f;
+    }
+    for (int64_t t0 = 0; t0 < T; t0 += RC_NB) {
+        const int n = (int)(T - t0 < RC_NB ? T - t0 : RC_NB);
+        prepare(a, w, b, hv, t0, n);
+        for (int64_t tile = tile0; tile < tile1; tile++) {
+            float *S = w->S + (tile - tile0) * K * RC_BV;
+            const int64_t v0 = tile * RC_BV;
+            if (V - v0 >= RC_BV)  /* full tile: constant trip counts, fully vectorised */
+                run_block(a, w, S, b, hv, t0, n, v0, RC_BV);
+            else
+                run_block(a, w, S, b, hv, t0, n, v0, (int)(V - v0));
+        }
+    }
+    if (!a->ht) return;
+    float *ht = a->ht + (b * a->HV + hv) * K * V;
+    for (int64_t d = 0; d < K; d++) w->L[d] = RC_DEFERRED ? delta_exp(w->L[d]) : 1.0f;  /* c */
+    for (int64_t tile = tile0; tile < tile1; tile++) {
+        const float *S = w->S + (tile - tile0) * K * RC_BV;
+        const int64_t v0 = tile * RC_BV;
+        const int bv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
+        for (int64_t i = 0; i < K; i++)
+            for (int j = 0; j < bv; j++) ht[i * V + v0 + j] = w->L[i] * RC_AT(S, i, j, K);
+    }
+}
+
+static float *take(float **cursor, size_t count)
+{
+    float *block = *cursor;
+    *cursor += (count + 15) / 16 * 16;  /* every block 64-byte aligned */
+    return block;
+}
+
+static void *work_alloc(rc_work *w, int64_t K, int64_t tiles)
+{
+    const size_t nk = (size_t)RC_NB * K, state = (size_t)tiles * K * RC_BV;
+    const size_t total = 4 * (nk + 16) + 3 * (RC_NB + 16) + (K + 16) + (RC_BV + 16) + state;
+    float *base = aligned_alloc(64, (total * sizeof(float) + 63) / 64 * 64);
+    if (!base) return NULL;
+    float *cursor = base;
+    w->QC = take(&cursor, nk); w->KC = take(&cursor, nk);
+    w->KI = take(&cursor, nk); w->SC = take(&cursor, nk);
+    w->beta = take(&cursor, RC_NB); w->L = take(&cursor, (size_t)K);
+    w->acc = take(&cursor, RC_BV);
+    w->scaled = (unsigned char *)take(&cursor, 2 * RC_NB);
+    w->S = take(&cursor, state);
+    return base;
 }
 
 int DELTA_SYMBOL(const float *q, const float *k, const float *v, const float *g,
-                const float *beta, const float *h0, float *o, float *ht, float scale,
-                int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V)
+                 const float *beta, const float *h0, float *o, float *ht, float scale,
+                 int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V)
 {
-    if (B < 1 || T < 1 || H < 1 || HV < 1 || K < 1 || V < 1 || HV % H != 0) return 1;
-    const kda_args a = {q, k, v, g, beta, h0, o, ht, scale, B, T, H, HV, K, V};
-#if DELTA_HUGE_OUTPUTS
-    advise_huge_pages(o, (size_t)(B * T * HV * V) * sizeof(float));
-    if (ht) advise_huge_pages(ht, (size_t)(B * HV * K * V) * sizeof(float));
-#endif
-    const int64_t tiles = (V + KDA_BV - 1) / KDA_BV, jobs = B * HV * tiles;
-    const size_t tile_bytes = (size_t)K * (KDA_BV + KDA_VMAJOR) * sizeof(float);  /* + decay row */
+    if (!delta_shape_ok(B, T, H, HV, K, V)) return 1;
+    const delta_args a = {q, k, v, g, beta, h0, o, ht, scale, B, T, H, HV, K, V};
+    advise_outputs(&a);
+    const int64_t tiles = (V + RC_BV - 1) / RC_BV;
+    const int64_t per_job = RC_PARALLEL == 2 ? 1 : tiles, jobs = B * HV * (tiles / per_job);
     int failed = 0;
-#if KDA_PARALLEL == 0
-    float *S = aligned_alloc(64, (tile_bytes + 63) / 64 * 64);
-    if (!S) return 2;
-    for (int64_t job = 0; job < jobs; job++)
-        run_tile(&a, S, job / (HV * tiles), job / tiles % HV, job % tiles * KDA_BV);
-    free(S);
-#else
-#pragma omp parallel num_threads(KDA_THREADS) reduction(| : failed)
+#pragma omp parallel num_threads(RC_PARALLEL ? RC_THREADS : 1) reduction(| : failed)
     {
-        float *S = aligned_alloc(64, (tile_bytes + 63) / 64 * 64);
-        if (!S) failed = 1;
-#if KDA_PARALLEL == 1
-#pragma omp for schedule(KDA_SCHEDULE)
-        for (int64_t head = 0; head < B * HV; head++)
-            for (int64_t tile = 0; tile < tiles && S; tile++)
-                run_tile(&a, S, head / HV, head % HV, tile * KDA_BV);
-#else
-#pragma omp for schedule(KDA_SCHEDULE)
-        for (int64_t job = 0; job < jobs; job++)
-            if (S) run_tile(&a, S, job / (HV * tiles), job / tiles % HV, job % tiles * KDA_BV);
-#endif
-        free(S);
+        rc_work w;
+        void *base = work_alloc(&w, K, per_job);
+        if (!base) failed = 1;
+#pragma omp for schedule(RC_SCHEDULE)
+        for (int64_t job = 0; job < jobs; job++) {
+            if (!base) continue;
+            const int64_t head = job / (tiles / per_job), tile0 = job % (tiles / per_job) * per_job;
+            run_job(&a, &w, head / HV, head % HV, tile0, tile0 + per_job);
+        }
+        free(base);
     }
-#endif
     return failed ? 2 : 0;
 }
