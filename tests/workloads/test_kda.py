@@ -123,8 +123,8 @@ def test_initial_state_changes_the_output(kda: KDA) -> None:
     "shape",
     [Shape(1, 1024, 16, 16, 128, 128), Shape(2, 37, 2, 4, 32, 48), Shape(3, 1, 1, 1, 1, 1)],
 )
-def test_flops_are_seven_kv_per_token_and_value_head(kda: KDA, shape: Shape) -> None:
-    expected = 7 * shape.B * shape.T * shape.HV * shape.K * shape.V
+def test_flops_are_six_kv_per_token_and_value_head(kda: KDA, shape: Shape) -> None:
+    expected = 6 * shape.B * shape.T * shape.HV * shape.K * shape.V
     assert kda.flops(shape) == expected
 
 

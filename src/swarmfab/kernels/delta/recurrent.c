@@ -52,6 +52,7 @@
 #endif
 
 #define RC_NB 64               /* tokens prepared at once */
+#define RC_ROWS (RC_BV >= 64 ? 1 : 2)  /* rows per step of a sweep, each with its own sums */
 #define RC_LOG_LIMIT 30.0f     /* exp(30) ~ 1e13: keys rescaled by 1/c stay far from overflow */
 #define RC_AT(S, i, j, K) (S)[RC_VMAJOR ? (j) * (K) + (i) : (i) * RC_BV + (j)]
 
@@ -112,38 +113,62 @@ static void prepare(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
 
 #if !RC_VMAJOR
 /* acc = S^T kc, first multiplying the rows of S by sc when `scaled` (and storing them).
- * Two accumulators (even and odd rows) halve the dependency chain of the reduction. */
+ * Narrow tiles keep RC_ROWS partial sums (one per row of a group), which shortens the
+ * dependency chain of the reduction; wide tiles have enough independent columns. */
 static inline __attribute__((always_inline)) void
 sweep_project(float *restrict S, int64_t K, const int bv, const float *restrict sc, int scaled,
               const float *restrict kc, float *restrict acc)
 {
-    float a0[RC_BV], a1[RC_BV];
-    for (int j = 0; j < bv; j++) { a0[j] = 0.0f; a1[j] = 0.0f; }
+    float part[RC_ROWS][RC_BV];
+    for (int r = 0; r < RC_ROWS; r++)
+        for (int j = 0; j < bv; j++) part[r][j] = 0.0f;
     int64_t i = 0;
-    for (; i + 1 < K; i += 2) {
-        float *restrict r0 = S + i * RC_BV, *restrict r1 = r0 + RC_BV;
-        const float k0 = kc[i], k1 = kc[i + 1], d0 = sc[i], d1 = sc[i + 1];
+    for (; i + RC_ROWS <= K; i += RC_ROWS) {
         if (scaled) {
+            for (int r = 0; r < RC_ROWS; r++) {
+                float *restrict row = S + (i + r) * RC_BV;
+                const float d = sc[i + r], k = kc[i + r];
 #pragma omp simd
-            for (int j = 0; j < bv; j++) {
-                const float x0 = r0[j] * d0, x1 = r1[j] * d1;
-                r0[j] = x0; r1[j] = x1;
-                a0[j] += x0 * k0; a1[j] += x1 * k1;
+                for (int j = 0; j < bv; j++) { row[j] *= d; part[r][j] += row[j] * k; }
             }
         } else {
+            for (int r = 0; r < RC_ROWS; r++) {
+                const float *restrict row = S + (i + r) * RC_BV;
+                const float k = kc[i + r];
 #pragma omp simd
-            for (int j = 0; j < bv; j++) { a0[j] += r0[j] * k0; a1[j] += r1[j] * k1; }
+                for (int j = 0; j < bv; j++) part[r][j] += row[j] * k;
+            }
         }
     }
-    if (i < K) {
-        float *restrict r0 = S + i * RC_BV;
-        const float k0 = kc[i], d0 = scaled ? sc[i] : 1.0f;
-        for (int j = 0; j < bv; j++) { r0[j] *= d0; a0[j] += r0[j] * k0; }
+    for (; i < K; i++) {
+        float *restrict row = S + i * RC_BV;
+        const float d = scaled ? sc[i] : 1.0f, k = kc[i];
+        for (int j = 0; j < bv; j++) { row[j] *= d; part[0][j] += row[j] * k; }
     }
-    for (int j = 0; j < bv; j++) acc[j] = a0[j] + a1[j];
+    for (int j = 0; j < bv; j++) {
+        float sum = part[0][j];
+        for (int r = 1; r < RC_ROWS; r++) sum += part[r][j];
+        acc[j] = sum;
+    }
 }
 
 enum { SWEEP_LAST, SWEEP_NEXT, SWEEP_SCALED_NEXT };
+
+/* One row of the update sweep: row += ki u; out += row qc; then for the next token
+ * (mode) row *= sc and acc += row kc. */
+static inline __attribute__((always_inline)) void
+update_row(float *restrict row, const int bv, const int mode, float k, float q, float d,
+           float n, const float *restrict u, float *restrict out, float *restrict acc)
+{
+#pragma omp simd
+    for (int j = 0; j < bv; j++) {
+        float x = row[j] + k * u[j];
+        out[j] += x * q;
+        if (mode == SWEEP_SCALED_NEXT) x *= d;
+        if (mode != SWEEP_LAST) acc[j] += x * n;
+        row[j] = x;
+    }
+}
 
 /* S += ki u^T and out = S^T qc; with SWEEP_NEXT also acc = S^T kc for the next token,
  * with SWEEP_SCALED_NEXT after multiplying the rows by sc (the next token's decay). */
@@ -153,39 +178,25 @@ sweep_update(float *restrict S, int64_t K, const int bv, const int mode,
              float *restrict out, const float *restrict sc, const float *restrict kc,
              float *restrict acc)
 {
-    float o0[RC_BV], o1[RC_BV], a0[RC_BV], a1[RC_BV];
-    for (int j = 0; j < bv; j++) { o0[j] = 0.0f; o1[j] = 0.0f; a0[j] = 0.0f; a1[j] = 0.0f; }
+    float o[RC_ROWS][RC_BV], a[RC_ROWS][RC_BV];
+    for (int r = 0; r < RC_ROWS; r++)
+        for (int j = 0; j < bv; j++) { o[r][j] = 0.0f; a[r][j] = 0.0f; }
     int64_t i = 0;
-    for (; i + 1 < K; i += 2) {
-        float *restrict r0 = S + i * RC_BV, *restrict r1 = r0 + RC_BV;
-        const float k0 = ki[i], k1 = ki[i + 1], q0 = qc[i], q1 = qc[i + 1];
-        const float d0 = mode == SWEEP_SCALED_NEXT ? sc[i] : 1.0f;
-        const float d1 = mode == SWEEP_SCALED_NEXT ? sc[i + 1] : 1.0f;
-        const float n0 = mode != SWEEP_LAST ? kc[i] : 0.0f;
-        const float n1 = mode != SWEEP_LAST ? kc[i + 1] : 0.0f;
-#pragma omp simd
-        for (int j = 0; j < bv; j++) {
-            float x0 = r0[j] + k0 * u[j], x1 = r1[j] + k1 * u[j];
-            o0[j] += x0 * q0; o1[j] += x1 * q1;
-            if (mode == SWEEP_SCALED_NEXT) { x0 *= d0; x1 *= d1; }
-            if (mode != SWEEP_LAST) { a0[j] += x0 * n0; a1[j] += x1 * n1; }
-            r0[j] = x0; r1[j] = x1;
-        }
+    for (; i + RC_ROWS <= K; i += RC_ROWS)
+        for (int r = 0; r < RC_ROWS; r++)
+            update_row(S + (i + r) * RC_BV, bv, mode, ki[i + r], qc[i + r],
+                       mode == SWEEP_SCALED_NEXT ? sc[i + r] : 1.0f,
+                       mode != SWEEP_LAST ? kc[i + r] : 0.0f, u, o[r], a[r]);
+    for (; i < K; i++)
+        update_row(S + i * RC_BV, bv, mode, ki[i], qc[i],
+                   mode == SWEEP_SCALED_NEXT ? sc[i] : 1.0f, mode != SWEEP_LAST ? kc[i] : 0.0f,
+                   u, o[0], a[0]);
+    for (int j = 0; j < bv; j++) {
+        float sum = o[0][j], next = a[0][j];
+        for (int r = 1; r < RC_ROWS; r++) { sum += o[r][j]; next += a[r][j]; }
+        out[j] = sum;
+        if (mode != SWEEP_LAST) acc[j] = next;
     }
-    if (i < K) {
-        float *restrict r0 = S + i * RC_BV;
-        const float k0 = ki[i], q0 = qc[i];
-        for (int j = 0; j < bv; j++) {
-            float x0 = r0[j] + k0 * u[j];
-            o0[j] += x0 * q0;
-            if (mode == SWEEP_SCALED_NEXT) x0 *= sc[i];
-            if (mode != SWEEP_LAST) a0[j] += x0 * kc[i];
-            r0[j] = x0;
-        }
-    }
-    for (int j = 0; j < bv; j++) out[j] = o0[j] + o1[j];
-    if (mode != SWEEP_LAST)
-        for (int j = 0; j < bv; j++) acc[j] = a0[j] + a1[j];
 }
 
 /* The textbook order: four plain loops per token (decay, S^T k, update, readout). */
