@@ -91,6 +91,27 @@ def test_run_export_report(tmp_path: Path) -> None:
     assert listed.returncode == 0
     assert run.id in listed.stdout
     assert not (tmp_path / ".swarmfab").exists()  # every path went where we said
+    _a_related_run_starts_from_the_champion(goal, db, workdir, champion.knobs, tmp_path)
+
+
+def _a_related_run_starts_from_the_champion(goal: Path, db: Path, workdir: Path,
+                                            knobs: dict[str, object], cwd: Path) -> None:
+    """GDN after KDA in the same store: its first proposal is KDA's champion setting;
+    with --no-lessons nothing is recalled."""
+    gdn = goal.with_name("gdn.toml")
+    gdn.write_text(goal.read_text().replace('workload = "kda"', 'workload = "gdn"'))
+    for extra in ((), ("--no-lessons",)):
+        done = swarmfab("run", gdn, "--max-evaluations", "1", "--db", db, "--workdir", workdir,
+                        *extra, cwd=cwd, timeout=240)
+        assert done.returncode in (0, 1), done.stdout + done.stderr
+        store = Store(db)
+        [(first, _)] = store.verdicts(store.run(None).id)
+        if extra:
+            assert "recalled" not in done.stdout and first.agent != "builtin-recall"
+        else:
+            assert "1 champion setting(s) recalled" in done.stdout, done.stdout
+            assert first.agent == "builtin-recall"
+            assert store.candidate(first.candidate_id).knobs == knobs
 
 
 CHECK_INSTALLED = """

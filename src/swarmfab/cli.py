@@ -156,8 +156,8 @@ def resume(
             executor=_executor_factory(executor, address), use_lessons=not no_lessons)
 
 
-def _lessons(goal: Any, space: Any, store: Store) -> tuple[Any, ...]:
-    """What earlier runs in the store learned, for this goal's workload, host and shapes."""
+def _lesson_context(goal: Any, space: Any) -> Any:
+    """This goal's context for lessons and recall: workload, device class, shape classes."""
     import platform
 
     from swarmfab.backends import get_backend
@@ -166,12 +166,12 @@ def _lessons(goal: Any, space: Any, store: Store) -> tuple[Any, ...]:
     host = {"machine": platform.machine(), "threads": goal.threads,
             **get_backend(space.backend).describe()}
     labels = [shape.label for shape in goal.target_shapes()]
-    return tuple(store.lessons_for(LessonContext.of(goal.workload, host, labels)))
+    return LessonContext.of(goal.workload, host, labels)
 
 
 def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
             executor: Any = None, use_lessons: bool = True) -> None:
-    from swarmfab.agents.builtin import RestartAgent, bandit_agents
+    from swarmfab.agents.builtin import RecallAgent, RestartAgent, bandit_agents
     from swarmfab.kernels import design_space
     from swarmfab.report import run_table
     from swarmfab.report.progress import LiveProgress
@@ -185,13 +185,17 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
         from swarmfab.agents.llm import llm_agents
 
         agents, reviewer, _ = llm_agents(goal.llm)
-    lessons = _lessons(goal, space, store) if use_lessons else ()
-    if lessons:
-        helpful = sum(lesson.outcome == "helps" for lesson in lessons)
-        console.print(f"{len(lessons)} lesson(s) from earlier runs ({helpful} helpful moves); "
-                      "--no-lessons to ignore them", highlight=False)
     builtin = "builtin" in goal.agents
+    context = _lesson_context(goal, space)
+    lessons = tuple(store.lessons_for(context)) if use_lessons else ()
+    recalled = store.recall(context) if use_lessons and builtin else []
+    if lessons or recalled:
+        helpful = sum(lesson.outcome == "helps" for lesson in lessons)
+        console.print(f"{len(lessons)} lesson(s) from earlier runs ({helpful} helpful moves), "
+                      f"{len(recalled)} champion setting(s) recalled; --no-lessons to ignore "
+                      "them", highlight=False)
     if builtin:
+        agents += [RecallAgent(recalled)] if recalled else []  # first: start where others ended
         agents += bandit_agents(space.knobs)  # they read the lessons in their context
     evaluator = _evaluator(goal, workdir, store)
 

@@ -108,14 +108,19 @@ class LessonContext:
 
     def similarity(self, row: Evidence) -> float:
         """1 for the same workload, device and shape class; less the further away."""
-        if row.family != self.family:
+        return self.similarity_to(row.workload, row.device_class, (row.shape_class,))
+
+    def similarity_to(self, workload: str, device: str, shape_classes: Iterable[str]) -> float:
+        """How close another context is: 0 for another family; workload, device class and
+        the nearest pair of shape classes weigh in as factors."""
+        if family_of(workload) != self.family:
             return 0.0
-        workload = 1.0 if row.workload == self.workload else 0.8
-        same_arch = row.device_class.rsplit("-", 1)[0] == self.device_class.rsplit("-", 1)[0]
-        device = 1.0 if row.device_class == self.device_class else 0.6 if same_arch else 0.3
-        shape = max((_shape_similarity(row.shape_class, mine) for mine in self.shape_classes),
-                    default=0.3)
-        return workload * device * shape
+        same_workload = 1.0 if workload == self.workload else 0.8
+        same_arch = device.rsplit("-", 1)[0] == self.device_class.rsplit("-", 1)[0]
+        same_device = 1.0 if device == self.device_class else 0.6 if same_arch else 0.3
+        shape = max((_shape_similarity(theirs, mine) for theirs in shape_classes
+                     for mine in self.shape_classes), default=0.3)
+        return same_workload * same_device * shape
 
 
 def _shape_similarity(a: str, b: str) -> float:

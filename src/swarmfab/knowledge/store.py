@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from swarmfab.errors import StoreError
 from swarmfab.knowledge import _migrate, lessons
+from swarmfab.knowledge.recall import Champion, Recalled, recall_champions
 from swarmfab.knowledge._schema import (
     SCHEMA_VERSION,
     CandidateRow,
@@ -223,6 +224,25 @@ class Store:
     def lessons_for(self, context: lessons.LessonContext) -> list[Lesson]:
         """The lessons earlier runs left for a run in ``context``, most useful first."""
         return lessons.merge(self.lesson_evidence(context.family), context)
+
+    def champions(self, family: str) -> list[Champion]:
+        """The champion of every run of a workload family that has one, oldest run first."""
+        with self.session() as s:
+            rows = s.execute(
+                select(RunRow, CandidateRow.body, VerdictRow.body)
+                .join(CandidateRow, CandidateRow.id == RunRow.champion_id)
+                .join(VerdictRow, (VerdictRow.run_id == RunRow.id)
+                      & (VerdictRow.candidate_id == RunRow.champion_id))
+                .order_by(RunRow.started_at))
+            return [Champion(
+                run.id, run.workload, dict(run.host),
+                tuple(str(t.get("shape", "")) for t in verdict.get("timings", [])),
+                dict(candidate.get("knobs") or {}), run.started_at)
+                for run, candidate, verdict in rows if lessons.family_of(run.workload) == family]
+
+    def recall(self, context: lessons.LessonContext, limit: int = 3) -> list[Recalled]:
+        """Champion settings of earlier runs for a run in ``context``, most similar first."""
+        return recall_champions(self.champions(context.family), context, limit)
 
     @staticmethod
     def _judged(s: Session, run_id: str, candidate_id: str, action: str

@@ -2,5 +2,7 @@
 
 from swarmfab.agents.builtin.bandit import BanditAgent, bandit_agents
 from swarmfab.agents.builtin.local_search import LocalSearchAgent, RestartAgent, domain_agents
+from swarmfab.agents.builtin.recall import RecallAgent
 
-__all__ = ["BanditAgent", "LocalSearchAgent", "RestartAgent", "bandit_agents", "domain_agents"]
+__all__ = ["BanditAgent", "LocalSearchAgent", "RecallAgent", "RestartAgent", "bandit_agents",
+           "domain_agents"]
