@@ -56,7 +56,7 @@ def test_the_recall_agent_proposes_each_setting_once_then_stops() -> None:
     space, goal = design_space("kda"), default_goal("kda").with_overrides(threads=1)
     asking = LessonContext.of("kda", HOST, [SMALL])
     recalled = recall_champions([
-        _champion("a", "kda", {"algorithm": "recurrent", "decay": "deferred"}),
+        _champion("a", "kda", {"algorithm": "recurrent", "decay": "eager"}),
         _champion("b", "gdn", {"algorithm": "recurrent", "tile_v": 64})], asking)
     agent = RecallAgent(recalled)
     evaluated: set[str] = set()
@@ -65,7 +65,7 @@ def test_the_recall_agent_proposes_each_setting_once_then_stops() -> None:
         found = agent.propose(Context(goal, space, None, frozenset(evaluated)))
         evaluated.update(candidate.id for candidate in found)
         proposals += found
-    assert [c.knobs["decay"] for c in proposals] == ["deferred", "eager"]
+    assert [c.knobs["decay"] for c in proposals] == ["eager", "deferred"]  # b: the default
     assert proposals[1].knobs["tile_v"] == 64 and proposals[0].parents == ()
     assert "recalled: champion of run a" in proposals[0].rationale
 

@@ -311,13 +311,15 @@ static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
     const int64_t K = a->K, V = a->V, T = a->T;
     const float *h0 = a->h0 ? a->h0 + (b * a->HV + hv) * K * V : NULL;
     for (int64_t d = 0; d < K; d++) w->L[d] = 0.0f;
-    for (int64_t tile = tile0; tile < tile1; tile++) {
-        float *S = w->S + (tile - tile0) * K * RC_BV;
-        const int64_t v0 = tile * RC_BV;
-        const int bv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
-        for (int64_t i = 0; i < K; i++)
+    /* rows outermost: the initial and final states are read and written in address
+     * order (decode moves little else) */
+    for (int64_t i = 0; i < K; i++)
+        for (int64_t tile = tile0; tile < tile1; tile++) {
+            float *S = w->S + (tile - tile0) * K * RC_BV;
+            const int64_t v0 = tile * RC_BV;
+            const int bv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
             for (int j = 0; j < bv; j++) RC_AT(S, i, j, K) = h0 ? h0[i * V + v0 + j] : 0.0f;
-    }
+        }
     for (int64_t t0 = 0; t0 < T; t0 += RC_NB) {
         const int n = (int)(T - t0 < RC_NB ? T - t0 : RC_NB);
         prepare(a, w, b, hv, t0, n);
@@ -333,13 +335,13 @@ static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
     if (!a->ht) return;
     float *ht = a->ht + (b * a->HV + hv) * K * V;
     for (int64_t d = 0; d < K; d++) w->L[d] = RC_DEFERRED ? delta_exp(w->L[d]) : 1.0f;  /* c */
-    for (int64_t tile = tile0; tile < tile1; tile++) {
-        const float *S = w->S + (tile - tile0) * K * RC_BV;
-        const int64_t v0 = tile * RC_BV;
-        const int bv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
-        for (int64_t i = 0; i < K; i++)
+    for (int64_t i = 0; i < K; i++)
+        for (int64_t tile = tile0; tile < tile1; tile++) {
+            const float *S = w->S + (tile - tile0) * K * RC_BV;
+            const int64_t v0 = tile * RC_BV;
+            const int bv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
             for (int j = 0; j < bv; j++) ht[i * V + v0 + j] = w->L[i] * RC_AT(S, i, j, K);
-    }
+        }
 }
 
 static float *take(float **cursor, size_t count)
