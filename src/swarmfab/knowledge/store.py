@@ -30,7 +30,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from swarmfab.errors import StoreError
 from swarmfab.knowledge import _migrate, lessons
-from swarmfab.knowledge.recall import Champion, Recalled, recall_champions
 from swarmfab.knowledge._schema import (
     SCHEMA_VERSION,
     CandidateRow,
@@ -42,6 +41,7 @@ from swarmfab.knowledge._schema import (
     RunRow,
     VerdictRow,
 )
+from swarmfab.knowledge.recall import Champion, Recalled, recall_champions
 from swarmfab.measure.roofline import HostPeaks
 from swarmfab.records import Candidate, Lesson, Status, Verdict
 from swarmfab.workloads import Case

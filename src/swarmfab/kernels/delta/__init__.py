@@ -11,8 +11,9 @@ knob picks the template:
   triangular solve and register-blocked micro-kernels.
 
 ``common.h`` (argument struct, exp, output pages) goes in front of either template, so
-a candidate stays one file. Knobs a template does not read are left out of its source, so two settings that differ
-only there render the same candidate (same content hash) and are judged once.
+a candidate stays one file. Knobs a template does not read are left out of its source,
+so two settings that differ only there render the same candidate (same content hash)
+and are judged once.
 """
 
 from __future__ import annotations
