@@ -1,4 +1,5 @@
-"""``swarmfab lessons``: what earlier runs learned about knob moves, and the evidence."""
+"""``swarmfab lessons``: what earlier runs learned about knob moves, and the evidence;
+then the champion settings a new run of the same family would start from."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from rich.table import Table
 
 from swarmfab._cli_common import DbOption, JsonOption, console, friendly
 from swarmfab.knowledge import DEFAULT_DB, Store
-from swarmfab.knowledge.lessons import family_of, summarise
+from swarmfab.knowledge.lessons import device_class, family_of, summarise
+from swarmfab.knowledge.recall import Champion
 from swarmfab.records import Lesson
 
 __all__ = ["lessons"]
@@ -36,8 +38,13 @@ def lessons(
     if not listed:
         console.print("no lessons yet: they are drawn from the single-knob child/parent pairs "
                       "of runs when those runs finish")
-        return
-    console.print(_table(listed, workload))
+    else:
+        console.print(_table(listed, workload))
+    families = [family_of(workload)] if workload else sorted(
+        {family_of(run.workload) for run in store.runs()})
+    champions = [champion for family in families for champion in store.champions(family)]
+    if champions:
+        console.print(_champions_table(champions))
 
 
 def _table(listed: list[tuple[str, Lesson]], workload: str | None) -> Table:
@@ -55,4 +62,16 @@ def _table(listed: list[tuple[str, Lesson]], workload: str | None) -> Table:
         table.add_row(context, lesson.move, lesson.outcome, effect, str(lesson.pairs),
                       str(lesson.failures), ", ".join(lesson.runs),
                       pairs + (f" (+{more})" if more > 0 else ""))
+    return table
+
+
+def _champions_table(champions: list[Champion]) -> Table:
+    table = Table(title="champions: the settings a related new run proposes first (most "
+                  "similar context first; --no-lessons skips them)", title_justify="left")
+    for column in ("run", "workload", "device class", "shapes", "setting"):
+        table.add_column(column)
+    for champion in champions:
+        setting = ", ".join(f"{name}={value}" for name, value in champion.knobs.items())
+        table.add_row(champion.run_id, champion.workload, device_class(champion.host),
+                      ", ".join(champion.shape_labels), setting or "(hand-written)")
     return table

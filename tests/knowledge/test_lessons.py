@@ -154,6 +154,7 @@ def test_finished_runs_leave_lessons_in_the_store(tmp_path: Path, space: DesignS
     assert tile["context"] == "kda | cpu-x86_64-avx512-t2_4 | prefill-s"
     table = CliRunner().invoke(app, ["lessons", "--db", str(tmp_path / "x.db")])
     assert "tile_v: 32 -> 64" in table.output and "helps" in table.output
+    assert "champions: the settings" in table.output and run in table.output
 
 
 def _lesson(knob: str, before: object, after: object, ratio: float | None,
