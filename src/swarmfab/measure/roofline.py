@@ -1,8 +1,9 @@
 """The roofline: what this host can physically do, and how close a kernel gets.
 
-Two peaks are measured once per host fingerprint (and stored by the caller): float32
-GEMM throughput through PyTorch, and memory bandwidth of a large copy (bytes read plus
-bytes written). For a call with F floating-point operations and B compulsory bytes the
+Two peaks are measured once per host fingerprint (and stored by the caller): the float32
+multiply-add rate (the larger of a compiled vector FMA loop built for this host,
+``fma_peak.c``, and a PyTorch GEMM), and memory bandwidth of a large copy (bytes read
+plus bytes written). For a call with F floating-point operations and B compulsory bytes the
 bound is ``max(F / peak_flops, B / bandwidth)`` seconds; a kernel's roofline fraction
 is bound / measured time (above 100% is possible when the data fits in cache). A time far
 below the compute bound (FLOPs at peak rate) is physically impossible: the evaluator
@@ -11,10 +12,15 @@ treats it as a broken measurement or a cheat, never as a speedup.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import platform
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 
 import torch
 
@@ -48,7 +54,8 @@ class HostPeaks:
 
 
 def host_fingerprint(threads: int) -> str:
-    """CPU model, ISA and thread count: peaks are only reused on a matching host."""
+    """CPU model, ISA, how peaks are measured and thread count: peaks are only reused on a
+    matching host."""
     from swarmfab.backends import host_isa
 
     model = platform.processor() or platform.machine()
@@ -58,7 +65,8 @@ def host_fingerprint(threads: int) -> str:
                           if line.startswith("model name")), model)
     except OSError:
         pass
-    return f"{model} | {host_isa()} | {threads} threads"
+    # "peaks v2": the FMA loop counts too, so peaks stored from GEMM alone are not reused
+    return f"{model} | {host_isa()} | peaks v2 | {threads} threads"
 
 
 def _best_seconds(call: Callable[[], object], repeats: int) -> float:
@@ -109,16 +117,38 @@ def measure_device_peaks() -> HostPeaks:
     return HostPeaks(device_fingerprint(), 2 * n**3 / gemm, 2 * size / copy)
 
 
-def measure_peaks(threads: int, device: str = "cpu") -> HostPeaks:
-    """Measure float32 GEMM FLOP/s and copy bandwidth with ``threads`` threads (~2 s),
-    or the CUDA device's when ``device`` is "cuda"."""
+def measure_peaks(threads: int, device: str = "cpu", fma_library: str | None = None
+                  ) -> HostPeaks:
+    """Measure float32 FLOP/s and copy bandwidth with ``threads`` threads (~3 s), or the
+    CUDA device's when ``device`` is "cuda". ``fma_library`` is ``fma_peak.c`` built for
+    this host (``build_fma_library``); without it only the GEMM rate counts."""
     if device == "cuda":
         return measure_device_peaks()
     torch.set_num_threads(threads)
     a = torch.randn(_GEMM_N, _GEMM_N)
     b = torch.randn(_GEMM_N, _GEMM_N)
-    gemm = _best_seconds(lambda: torch.mm(a, b), repeats=5)
+    flops = 2 * _GEMM_N**3 / _best_seconds(lambda: torch.mm(a, b), repeats=5)
+    if fma_library is not None:
+        rate = ctypes.CDLL(fma_library).swarmfab_fma_rate
+        rate.restype, rate.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_double]
+        flops = max(flops, *(rate(threads, 0.3) for _ in range(3)))
     source = torch.ones(_COPY_BYTES // 4)
     target = torch.empty_like(source)
     copy = _best_seconds(lambda: target.copy_(source), repeats=5)
-    return HostPeaks(host_fingerprint(threads), 2 * _GEMM_N**3 / gemm, 2 * _COPY_BYTES / copy)
+    return HostPeaks(host_fingerprint(threads), flops, 2 * _COPY_BYTES / copy)
+
+
+def build_fma_library(directory: Path) -> str | None:
+    """``fma_peak.c`` compiled for this host into ``directory``; None without a working C
+    compiler (the GEMM rate is then the peak)."""
+    source = resources.files(__package__).joinpath("fma_peak.c").read_text()
+    (directory / "fma_peak.c").write_text(source)
+    library = directory / "fma_peak.so"
+    compiler = os.environ.get("CC") or "gcc"
+    try:
+        done = subprocess.run([compiler, "-O2", "-march=native", "-fopenmp", "-fPIC", "-shared",
+                               "-o", str(library), str(directory / "fma_peak.c")],
+                              capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return str(library) if done.returncode == 0 else None

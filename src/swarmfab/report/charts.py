@@ -144,7 +144,7 @@ def roofline_chart(view: RunView) -> Chart:
         _empty(axes, "no accepted candidate with a known cost model")
     axes.set_xlabel("arithmetic intensity (FLOP per compulsory byte)")
     axes.set_ylabel("achieved GFLOP/s")
-    note = ("host peaks measured by the run (float32 GEMM, large copy)" if view.peaks
+    note = ("host peaks measured by the run (float32 multiply-add loop, large copy)" if view.peaks
             else "no host peaks stored for this run's host")
     return Chart("roofline", title, _svg(figure),
                  f"Achieved GFLOP/s of each accepted candidate on each target shape (median "

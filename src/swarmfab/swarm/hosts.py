@@ -9,10 +9,17 @@ figures when there are some.
 from __future__ import annotations
 
 import dataclasses
+import tempfile
+from pathlib import Path
 
 from swarmfab.errors import MeasurementError
 from swarmfab.knowledge import Store
-from swarmfab.measure.roofline import HostPeaks, host_fingerprint, measure_peaks
+from swarmfab.measure.roofline import (
+    HostPeaks,
+    build_fma_library,
+    host_fingerprint,
+    measure_peaks,
+)
 from swarmfab.sandbox import JobStatus, Limits, run_job
 
 __all__ = ["host_peaks"]
@@ -31,7 +38,9 @@ def host_peaks(
         stored = store.host_peaks(host_fingerprint(threads))
     if stored is not None and not refresh:
         return stored
-    outcome = run_job(measure_peaks, threads, device, limits=limits)
+    with tempfile.TemporaryDirectory(prefix="swarmfab-peaks-") as scratch:
+        library = build_fma_library(Path(scratch)) if device == "cpu" else None
+        outcome = run_job(measure_peaks, threads, device, library, limits=limits)
     if outcome.status is not JobStatus.OK:
         raise MeasurementError(f"measuring this host's peaks failed: {outcome.detail}")
     measured: HostPeaks = outcome.value

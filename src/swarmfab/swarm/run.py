@@ -221,7 +221,7 @@ class Run:
         self.evaluator.peaks = host_peaks(self.store, self.goal.threads, self.evaluator.limits,
                                           refresh=True, device=self.goal.device)
         peaks = self.evaluator.peaks
-        self.log(f"host peaks: {peaks.flops_per_s / 1e9:.0f} GFLOP/s float32 GEMM, "
+        self.log(f"host peaks: {peaks.flops_per_s / 1e9:.0f} GFLOP/s float32 multiply-add peak, "
                  f"{peaks.bytes_per_s / 1e9:.1f} GB/s copy ({self.goal.threads} threads)")
         self._phase("timing the baselines")
         baselines = self._calibrate()

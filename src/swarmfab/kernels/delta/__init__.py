@@ -53,6 +53,7 @@ def _recurrent_defines(setting: Setting, threads: int) -> list[str]:
         f"#define RC_THREADS {threads}",
         f"#define RC_SCHEDULE {setting['schedule']}",
         f"#define RC_VMAJOR {int(vmajor)}",
+        *([] if vmajor or passes == 4 else [f"#define RC_ROWS {setting['row_group']}"]),
     ]
 
 
@@ -124,6 +125,10 @@ def delta_space(workload: str) -> DesignSpace:
                  help="chunked: rows a micro-kernel keeps in registers"),
             Knob("unroll", "vectorisation", (1, 2, 4), 1, ordered=True,
                  help="chunked: unroll of the micro-kernel's reduction loop"),
+            Knob("row_group", "vectorisation", (1, 2, 4), 2, ordered=True,
+                 help="recurrence (k-major): state rows per sweep step, each with its own "
+                      "partial sums (more hide the multiply-add latency, fewer spare "
+                      "registers)"),
             Knob("isa", "vectorisation", isa_values, "native", ordered=True,
                  help="vector target, among those the host reports"),
             Knob("parallel", "parallelism", ("serial", "heads", "tiles"), "heads",

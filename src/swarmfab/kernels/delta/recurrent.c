@@ -28,6 +28,8 @@
  *   RC_SCHEDULE  OpenMP schedule kind of the job loop (static, dynamic, guided)
  *   RC_VMAJOR    0: tile rows are key channels (K rows of RC_BV values);
  *                1: tile rows are value columns (RC_BV rows of K keys, dot products)
+ *   RC_ROWS      key-major: state rows per step of a sweep, each with its own partial
+ *                sums (the reductions' dependency chains get shorter, registers fewer)
  */
 #ifndef RC_BV
 #define RC_BV 32
@@ -50,9 +52,12 @@
 #ifndef RC_VMAJOR
 #define RC_VMAJOR 0
 #endif
+#ifndef RC_ROWS
+#define RC_ROWS 2
+#endif
 
 #define RC_NB 64               /* tokens prepared at once */
-#define RC_ROWS (RC_BV >= 64 ? 1 : 2)  /* rows per step of a sweep, each with its own sums */
+
 #define RC_LOG_LIMIT 30.0f     /* exp(30) ~ 1e13: keys rescaled by 1/c stay far from overflow */
 #define RC_AT(S, i, j, K) (S)[RC_VMAJOR ? (j) * (K) + (i) : (i) * RC_BV + (j)]
 
@@ -112,9 +117,8 @@ static void prepare(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
 }
 
 #if !RC_VMAJOR
-/* acc = S^T kc, first multiplying the rows of S by sc when `scaled` (and storing them).
- * Narrow tiles keep RC_ROWS partial sums (one per row of a group), which shortens the
- * dependency chain of the reduction; wide tiles have enough independent columns. */
+/* acc = S^T kc, first multiplying the rows of S by sc when `scaled` (and storing them),
+ * with RC_ROWS partial sums (one per row of a group). */
 static inline __attribute__((always_inline)) void
 sweep_project(float *restrict S, int64_t K, const int bv, const float *restrict sc, int scaled,
               const float *restrict kc, float *restrict acc)
