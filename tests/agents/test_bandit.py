@@ -100,3 +100,16 @@ def test_restart_agent_samples_a_large_space_without_repeats() -> None:
         evaluated |= {c.id for c in batch}
     setting: dict[str, KnobValue] = dict(batch[0].knobs)
     assert set(setting) == {knob.name for knob in space.knobs}
+
+
+def test_restart_agent_kicks_the_champion_before_drawing_from_the_whole_space() -> None:
+    from swarmfab.agents.builtin.local_search import KICK_KNOBS
+
+    space = design_space("kda")
+    champion = space.instantiate({**space.default(), "algorithm": "recurrent"}, threads=1)
+    batch = RestartAgent().propose(_context(space, champion, {champion.id}, seed=3), limit=6)
+    assert len(batch) == 6
+    for candidate in batch:
+        changed = {k for k, v in candidate.knobs.items() if champion.knobs[k] != v}
+        assert 1 <= len(changed) <= KICK_KNOBS
+        assert candidate.rationale.startswith("kick: ") and candidate.parents == (champion.id,)

@@ -134,11 +134,13 @@ def domain_agents(knobs: tuple[Knob, ...]) -> list[LocalSearchAgent]:
 
 
 class RestartAgent(Agent):
-    """Explores when the domain agents are stuck: random settings of the whole space.
+    """Explores when the domain agents are stuck: larger moves, then the whole space.
 
-    Only consulted once every domain agent has run out of proposals around the champion
-    (for instance when nothing has beaten the baselines yet), so the run never stalls on
-    a dead neighbourhood while unexplored settings remain.
+    Consulted when every domain agent has run out of proposals around the champion, or
+    when the supervisor asks for larger moves after a stretch without a new champion.
+    It first kicks the champion (``KICK_KNOBS`` knobs of any domains changed at random at
+    once: iterated local search, which keeps what was learned), then draws uniformly from
+    the whole space, so the run never stalls while unexplored settings remain.
     """
 
     def __init__(self, agent_id: str = "builtin-restart"):
@@ -148,11 +150,11 @@ class RestartAgent(Agent):
         proposals: list[Candidate] = []
         seen = set(context.evaluated)
         parent = (context.champion.id,) if context.champion else ()
-        for values in _random_settings(context):
+        for values, why in _random_settings(context):
             setting = {k.name: v for k, v in zip(context.space.knobs, values, strict=True)}
             candidate = context.space.instantiate(
                 setting, threads=context.goal.threads, parents=parent, agent=self.id,
-                rationale="restart: random point of the whole space",
+                rationale=why,
             )
             if candidate.id not in seen:
                 seen.add(candidate.id)
@@ -162,17 +164,34 @@ class RestartAgent(Agent):
         return proposals
 
 
+KICK_KNOBS = 3  # knobs a kick changes at once
+KICK_TRIES = 200  # kicks drawn per proposal before drawing from the whole space
 ENUMERATE_LIMIT = 20_000  # larger spaces are sampled, not listed
 SAMPLE_TRIES = 2_000  # random draws per proposal before a large space counts as dry
 
+Values = tuple[KnobValue, ...]
 
-def _random_settings(context: Context) -> Iterator[tuple[KnobValue, ...]]:
-    """Every setting in random order (small spaces), or uniform random draws (large)."""
+
+def _random_settings(context: Context) -> Iterator[tuple[Values, str]]:
+    """Kicks of the champion, then every setting in random order (small spaces) or
+    uniform random draws (large)."""
     knobs = context.space.knobs
+    champion = context.champion.knobs if context.champion and context.champion.knobs else None
+    if champion is not None and set(champion) == {knob.name for knob in knobs}:
+        for _ in range(KICK_TRIES):
+            kicked = set(context.rng.sample([k.name for k in knobs], min(KICK_KNOBS, len(knobs))))
+            values = tuple(context.rng.choice(k.values) if k.name in kicked else champion[k.name]
+                           for k in knobs)
+            changed = [k.name for k, v in zip(knobs, values, strict=True) if v != champion[k.name]]
+            yield values, "kick: " + ", ".join(
+                f"{name} -> {value}" for name, value in zip(
+                    [k.name for k in knobs], values, strict=True) if name in changed)
+    why = "restart: random point of the whole space"
     if context.space.size() <= ENUMERATE_LIMIT:
         settings = list(itertools.product(*(knob.values for knob in knobs)))
         context.rng.shuffle(settings)
-        yield from settings
+        for values in settings:
+            yield values, why
         return
     for _ in range(SAMPLE_TRIES):
-        yield tuple(context.rng.choice(knob.values) for knob in knobs)
+        yield tuple(context.rng.choice(knob.values) for knob in knobs), why
