@@ -45,6 +45,7 @@ def _template(name: str) -> str:
 def _recurrent_defines(setting: Setting, threads: int) -> list[str]:
     vmajor = setting["state_layout"] == "v-major"
     passes = _PASSES[str(setting["passes"])]
+    grouped = setting["decay"] == "deferred" and not vmajor  # groups need both
     return [
         f"#define RC_BV {setting['tile_v']}",
         f"#define RC_PASSES {2 if vmajor and passes == 4 else passes}",  # a row is swept whole
@@ -54,6 +55,8 @@ def _recurrent_defines(setting: Setting, threads: int) -> list[str]:
         f"#define RC_SCHEDULE {setting['schedule']}",
         f"#define RC_VMAJOR {int(vmajor)}",
         *([] if vmajor or passes == 4 else [f"#define RC_ROWS {setting['row_group']}"]),
+        *([f"#define RC_GROUP {setting['token_group']}"]
+          if grouped and setting["token_group"] != 1 else []),
     ]
 
 
@@ -119,6 +122,9 @@ def delta_space(workload: str) -> DesignSpace:
                  help="state columns per tile (recurrence; chunked when parallel=tiles)"),
             Knob("chunk", "tiling", (16, 32, 64, 128), 64, ordered=True,
                  help="chunked: tokens per chunk"),
+            Knob("token_group", "tiling", (1, 2, 4, 8), 1, ordered=True,
+                 help="recurrence with deferred decay: tokens whose updates one pair of "
+                      "sweeps over the state applies (1: token by token)"),
             Knob("micro_cols", "tiling", (16, 32, 64), 32, ordered=True,
                  help="chunked: columns a micro-kernel keeps in registers"),
             Knob("register_rows", "vectorisation", (2, 4, 8, 12), 4, ordered=True,

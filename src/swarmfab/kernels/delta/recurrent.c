@@ -30,6 +30,13 @@
  *                1: tile rows are value columns (RC_BV rows of K keys, dot products)
  *   RC_ROWS      key-major: state rows per step of a sweep, each with its own partial
  *                sums (the reductions' dependency chains get shorter, registers fewer)
+ *   RC_GROUP     0, or tokens per group (deferred decay, key-major): one sweep projects
+ *                the state on the keys and queries of a whole group, a small triangular
+ *                recurrence over the group gives each token's update and output, and a
+ *                second sweep applies the group's updates: per state element and token
+ *                still three multiply-adds, but 2/RC_GROUP loads and 1/RC_GROUP stores.
+ *                A group with a renormalisation after its first token, and a block's
+ *                last partial group, run token by token (two sweeps each).
  */
 #ifndef RC_BV
 #define RC_BV 32
@@ -55,6 +62,11 @@
 #ifndef RC_ROWS
 #define RC_ROWS 2
 #endif
+#ifndef RC_GROUP
+#define RC_GROUP 0
+#endif
+#define RC_GROUP_SLOTS (RC_GROUP ? RC_GROUP : 1)
+#define RC_UNROLL _Pragma("GCC unroll 16")
 
 #define RC_NB 64               /* tokens prepared at once */
 
@@ -68,6 +80,8 @@ typedef struct {
     float *KI;     /* RC_NB x K: k / c                     (update) */
     float *SC;     /* RC_NB x K: what the state is scaled by before token s, where scaled[s] */
     float *beta, *L, *acc, *S;
+    float *DK;     /* RC_NB x RC_GROUP: (k_a / c_a) . (k_s c_s) for group-mates a < s */
+    float *DQ;     /* RC_NB x RC_GROUP: (k_a / c_a) . (scale q_s c_s) for a <= s */
     unsigned char *scaled;
 } rc_work;
 
@@ -114,6 +128,19 @@ static void prepare(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
         }
 #endif
     }
+#if RC_GROUP
+    for (int g = 0; g + RC_GROUP <= n; g += RC_GROUP)  /* full groups from the block start */
+        for (int s = g; s < g + RC_GROUP; s++)
+            for (int a = g; a <= s; a++) {
+                const float *restrict ki = w->KI + a * K;
+                const float *restrict kc = w->KC + s * K, *restrict qc = w->QC + s * K;
+                float dk = 0.0f, dq = 0.0f;
+#pragma omp simd reduction(+ : dk, dq)
+                for (int64_t d = 0; d < K; d++) { dk += ki[d] * kc[d]; dq += ki[d] * qc[d]; }
+                w->DK[s * RC_GROUP + (a - g)] = a < s ? dk : 0.0f;
+                w->DQ[s * RC_GROUP + (a - g)] = dq;
+            }
+#endif
 }
 
 #if !RC_VMAJOR
@@ -223,6 +250,85 @@ token_separate(float *restrict S, int64_t K, const int bv, const float *restrict
         for (int j = 0; j < bv; j++) out[j] += S[i * RC_BV + j] * qc[i];
 }
 
+#if RC_GROUP
+/* For the group of RC_GROUP tokens from block index g: acc[b] = S^T kc_{g+b} and
+ * out[b] = S^T qc_{g+b} in one sweep (the rows first scaled when token g renormalises). */
+static inline __attribute__((always_inline)) void
+group_project(float *restrict S, int64_t K, const int bv, const rc_work *w, int g,
+              float acc[RC_GROUP][RC_BV], float out[RC_GROUP][RC_BV])
+{
+    if (w->scaled[g]) {
+        const float *restrict sc = w->SC + g * K;
+        for (int64_t i = 0; i < K; i++)
+#pragma omp simd
+            for (int j = 0; j < bv; j++) S[i * RC_BV + j] *= sc[i];
+    }
+    for (int b = 0; b < RC_GROUP; b++)
+        for (int j = 0; j < bv; j++) { acc[b][j] = 0.0f; out[b][j] = 0.0f; }
+    const float *restrict kc = w->KC + g * K, *restrict qc = w->QC + g * K;
+    for (int64_t i = 0; i < K; i++) {
+        const float *restrict row = S + i * RC_BV;
+        RC_UNROLL
+        for (int b = 0; b < RC_GROUP; b++) {
+            const float k = kc[b * K + i], q = qc[b * K + i];
+#pragma omp simd
+            for (int j = 0; j < bv; j++) { acc[b][j] += row[j] * k; out[b][j] += row[j] * q; }
+        }
+    }
+}
+
+/* S += sum_b ki_{g+b} u[b]^T: the group's updates in one sweep. */
+static inline __attribute__((always_inline)) void
+group_update(float *restrict S, int64_t K, const int bv, const float *restrict ki,
+             float u[RC_GROUP][RC_BV])
+{
+    for (int64_t i = 0; i < K; i++) {
+        float *restrict row = S + i * RC_BV;
+        float k[RC_GROUP];
+        RC_UNROLL
+        for (int b = 0; b < RC_GROUP; b++) k[b] = ki[b * K + i];
+#pragma omp simd
+        for (int j = 0; j < bv; j++) {
+            float x = row[j];
+            RC_UNROLL
+            for (int b = 0; b < RC_GROUP; b++) x += k[b] * u[b][j];
+            row[j] = x;
+        }
+    }
+}
+
+/* Tokens g .. g+RC_GROUP-1 of a block over one tile: project, solve, output, update. */
+static inline __attribute__((always_inline)) void
+run_group(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t hv,
+          int64_t t0, int g, int64_t v0, const int bv)
+{
+    const int64_t K = a->K, V = a->V;
+    float acc[RC_GROUP][RC_BV], out[RC_GROUP][RC_BV], u[RC_GROUP][RC_BV];
+    group_project(S, K, bv, w, g, acc, out);
+    RC_UNROLL  /* constant indices: the group's vectors can live in registers */
+    for (int m = 0; m < RC_GROUP; m++) {
+        const int s = g + m;
+        const int64_t tok = (b * a->T + t0 + s) * a->HV + hv;
+        const float *restrict vt = a->v + tok * V + v0;
+        float *restrict ot = a->o + tok * V + v0;
+        const float *dk = w->DK + s * RC_GROUP, *dq = w->DQ + s * RC_GROUP;
+        for (int j = 0; j < bv; j++) {
+            float x = acc[m][j];  /* S^T kc_s with the group's earlier updates added */
+            RC_UNROLL
+            for (int c = 0; c < m; c++) x += dk[c] * u[c][j];
+            u[m][j] = w->beta[s] * (vt[j] - x);
+        }
+        for (int j = 0; j < bv; j++) {
+            float y = out[m][j];
+            RC_UNROLL
+            for (int c = 0; c <= m; c++) y += dq[c] * u[c][j];
+            ot[j] = y;
+        }
+    }
+    group_update(S, K, bv, w->KI + g * K, u);
+}
+#endif
+
 /* Run n prepared tokens over one key-major tile (bv value columns from v0). */
 static inline __attribute__((always_inline)) void
 run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t hv,
@@ -230,10 +336,30 @@ run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t
 {
     const int64_t K = a->K, V = a->V;
     float u[RC_BV], out[RC_BV], *restrict acc = w->acc;
-#if RC_PASSES == 1
-    sweep_project(S, K, bv, w->SC, w->scaled[0], w->KC, acc);
+    int s = 0;
+#if RC_GROUP
+    for (; s + RC_GROUP <= n; s += RC_GROUP) {
+        int renormalises = 0;  /* after the group's first token: token by token instead */
+        for (int m = 1; m < RC_GROUP; m++) renormalises |= w->scaled[s + m];
+        if (!renormalises) {
+            run_group(a, w, S, b, hv, t0, s, v0, bv);
+            continue;
+        }
+        for (int m = s; m < s + RC_GROUP; m++) {
+            const int64_t tok = (b * a->T + t0 + m) * a->HV + hv;
+            sweep_project(S, K, bv, w->SC + m * K, w->scaled[m], w->KC + m * K, acc);
+            for (int j = 0; j < bv; j++) u[j] = w->beta[m] * (a->v[tok * V + v0 + j] - acc[j]);
+            sweep_update(S, K, bv, SWEEP_LAST, w->KI + m * K, u, w->QC + m * K, out, NULL, NULL,
+                         NULL);
+            for (int j = 0; j < bv; j++) a->o[tok * V + v0 + j] = out[j];
+        }
+    }
+    if (s == n) return;
 #endif
-    for (int s = 0; s < n; s++) {
+#if RC_PASSES == 1
+    sweep_project(S, K, bv, w->SC + s * K, w->scaled[s], w->KC + s * K, acc);
+#endif
+    for (; s < n; s++) {
         const int64_t tok = (b * a->T + t0 + s) * a->HV + hv;
         const float *restrict vt = a->v + tok * V + v0;
         const float *qc = w->QC + s * K, *kc = w->KC + s * K, *ki = w->KI + s * K;
@@ -358,7 +484,9 @@ static float *take(float **cursor, size_t count)
 static void *work_alloc(rc_work *w, int64_t K, int64_t tiles)
 {
     const size_t nk = (size_t)RC_NB * K, state = (size_t)tiles * K * RC_BV;
-    const size_t total = 4 * (nk + 16) + 3 * (RC_NB + 16) + (K + 16) + (RC_BV + 16) + state;
+    const size_t groups = (size_t)RC_NB * RC_GROUP_SLOTS;
+    const size_t total = 4 * (nk + 16) + 3 * (RC_NB + 16) + (K + 16) + (RC_BV + 16) + state
+                       + 2 * (groups + 16);
     float *base = aligned_alloc(64, (total * sizeof(float) + 63) / 64 * 64);
     if (!base) return NULL;
     float *cursor = base;
@@ -367,6 +495,7 @@ static void *work_alloc(rc_work *w, int64_t K, int64_t tiles)
     w->beta = take(&cursor, RC_NB); w->L = take(&cursor, (size_t)K);
     w->acc = take(&cursor, RC_BV);
     w->scaled = (unsigned char *)take(&cursor, 2 * RC_NB);
+    w->DK = take(&cursor, groups); w->DQ = take(&cursor, groups);
     w->S = take(&cursor, state);
     return base;
 }
