@@ -143,14 +143,15 @@ class RestartAgent(Agent):
     the whole space, so the run never stalls while unexplored settings remain.
     """
 
-    def __init__(self, agent_id: str = "builtin-restart"):
+    def __init__(self, agent_id: str = "builtin-restart", *, kick: bool = True):
         super().__init__(agent_id, "exploration")
+        self.kick = kick  # False: uniform draws only (the random-search baseline)
 
     def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
         proposals: list[Candidate] = []
         seen = set(context.evaluated)
         parent = (context.champion.id,) if context.champion else ()
-        for values, why in _random_settings(context):
+        for values, why in _random_settings(context, self.kick):
             setting = {k.name: v for k, v in zip(context.space.knobs, values, strict=True)}
             candidate = context.space.instantiate(
                 setting, threads=context.goal.threads, parents=parent, agent=self.id,
@@ -172,12 +173,12 @@ SAMPLE_TRIES = 2_000  # random draws per proposal before a large space counts as
 Values = tuple[KnobValue, ...]
 
 
-def _random_settings(context: Context) -> Iterator[tuple[Values, str]]:
-    """Kicks of the champion, then every setting in random order (small spaces) or
-    uniform random draws (large)."""
+def _random_settings(context: Context, kick: bool = True) -> Iterator[tuple[Values, str]]:
+    """Kicks of the champion (when ``kick``), then every setting in random order (small
+    spaces) or uniform random draws (large)."""
     knobs = context.space.knobs
     champion = context.champion.knobs if context.champion and context.champion.knobs else None
-    if champion is not None and set(champion) == {knob.name for knob in knobs}:
+    if kick and champion is not None and set(champion) == {knob.name for knob in knobs}:
         for _ in range(KICK_TRIES):
             kicked = set(context.rng.sample([k.name for k in knobs], min(KICK_KNOBS, len(knobs))))
             values = tuple(context.rng.choice(k.values) if k.name in kicked else champion[k.name]
