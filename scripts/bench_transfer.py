@@ -23,6 +23,7 @@ import argparse
 import math
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -99,6 +100,17 @@ def _stored(home: Path, index: int, arm: str) -> Outcome:
     return _outcome(store, run_id)
 
 
+def _copy_store(source: Path, target: Path) -> None:
+    """A consistent copy of a SQLite store: its write-ahead log holds the latest commits,
+    so copying the main file alone can lose whole runs."""
+    origin, copy = sqlite3.connect(source), sqlite3.connect(target)
+    try:
+        origin.backup(copy)
+    finally:
+        origin.close()
+        copy.close()
+
+
 def _seed(seed: int, evaluations: int, root: Path, log: Console) -> dict[str, list[Outcome]]:
     home = root / f"seed{seed}"
     home.mkdir(parents=True)
@@ -112,7 +124,7 @@ def _seed(seed: int, evaluations: int, root: Path, log: Console) -> dict[str, li
         arms = []
         for arm, extra in (("lessons", ()), ("no-lessons", ("--no-lessons",))):
             store = home / f"b{index}-{arm}.db"
-            shutil.copy(source, store)
+            _copy_store(source, store)
             run_id = _run(goal, store, workdir, evaluations, *extra)
             arms.append(_outcome(store, run_id))
             log.print(f"seed {seed}: {name}, {arm}: {arms[-1]}")
