@@ -13,7 +13,7 @@ template's starting point is often already within a few percent of the final cha
 a second column counts the evaluations to reach 95% of the search's own gain (the final
 champion over the first one, on a log scale).
 
-    python scripts/bench_transfer.py [--seeds 3] [--evaluations 16] [--out DIR]
+    python scripts/bench_transfer.py [--seeds 3] [--evaluations 12] [--out DIR]
     python scripts/bench_transfer.py --report DIR     # the table again, from kept stores
 """
 
@@ -170,7 +170,7 @@ def _met(with_: float | None, without: float | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--evaluations", type=int, default=16)
+    parser.add_argument("--evaluations", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None,
                         help="keep the stores here (default: a temporary directory)")
     parser.add_argument("--report", type=Path, default=None,
