@@ -57,6 +57,7 @@ def _recurrent_defines(setting: Setting, threads: int) -> list[str]:
         *([] if vmajor or passes == 4 else [f"#define RC_ROWS {setting['row_group']}"]),
         *([f"#define RC_GROUP {setting['token_group']}"]
           if grouped and setting["token_group"] != 1 else []),
+        *(["#define RC_STREAM 1"] if setting["output_stores"] == "streaming" else []),
     ]
 
 
@@ -145,6 +146,9 @@ def delta_space(workload: str) -> DesignSpace:
                  help="recurrence: tile rows are key channels, or value columns"),
             Knob("output_pages", "layout", ("small", "huge"), "small",
                  help="ask the OS for 2 MB pages behind the outputs before writing them"),
+            Knob("output_stores", "layout", ("cached", "streaming"), "cached",
+                 help="recurrence: write outputs through the cache, or with non-temporal "
+                      "stores (not read back, not fetched first)"),
             Knob("optimisation", "compiler", tuple(_OPTIMISATION), "O3-fastmath", ordered=True,
                  help="optimisation level, fast-math, loop unrolling"),
         ),

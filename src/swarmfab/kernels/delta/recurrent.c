@@ -30,6 +30,7 @@
  *                1: tile rows are value columns (RC_BV rows of K keys, dot products)
  *   RC_ROWS      key-major: state rows per step of a sweep, each with its own partial
  *                sums (the reductions' dependency chains get shorter, registers fewer)
+ *   RC_STREAM    1: outputs written with non-temporal stores (whole lines, AVX-512)
  *   RC_GROUP     0, or tokens per group (deferred decay, key-major): one sweep projects
  *                the state on the keys and queries of a whole group, a small triangular
  *                recurrence over the group gives each token's update and output, and a
@@ -66,6 +67,27 @@
 #define RC_GROUP 0
 #endif
 #define RC_GROUP_SLOTS (RC_GROUP ? RC_GROUP : 1)
+#ifndef RC_STREAM
+#define RC_STREAM 0
+#endif
+#if RC_STREAM && defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+/* A token's outputs for one tile. RC_STREAM: whole 64-byte lines go straight to memory
+ * (non-temporal stores): the outputs are not read again, and the line is not fetched
+ * first. Elsewhere (partial lines, no AVX-512) plain stores. */
+static inline __attribute__((always_inline)) void
+store_outputs(float *restrict ot, const float *restrict out, const int bv)
+{
+#if RC_STREAM && defined(__AVX512F__)
+    if (bv % 16 == 0 && ((uintptr_t)ot & 63) == 0) {
+        for (int j = 0; j < bv; j += 16) _mm512_stream_ps(ot + j, _mm512_loadu_ps(out + j));
+        return;
+    }
+#endif
+    for (int j = 0; j < bv; j++) ot[j] = out[j];
+}
 #define RC_UNROLL _Pragma("GCC unroll 16")
 
 #define RC_NB 64               /* tokens prepared at once */
@@ -382,8 +404,7 @@ run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t
         sweep_update(S, K, bv, SWEEP_LAST, ki, u, qc, out, sc, kc, acc);
 #endif
 #endif
-        float *restrict ot = a->o + tok * V + v0;
-        for (int j = 0; j < bv; j++) ot[j] = out[j];
+        store_outputs(a->o + tok * V + v0, out, bv);
     }
 }
 #else
@@ -462,6 +483,9 @@ static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
                 run_block(a, w, S, b, hv, t0, n, v0, (int)(V - v0));
         }
     }
+#if RC_STREAM && defined(__AVX512F__)
+    _mm_sfence();  /* streamed outputs are in memory before the job is reported done */
+#endif
     if (!a->ht) return;
     float *ht = a->ht + (b * a->HV + hv) * K * V;
     for (int64_t d = 0; d < K; d++) w->L[d] = RC_DEFERRED ? delta_exp(w->L[d]) : 1.0f;  /* c */
