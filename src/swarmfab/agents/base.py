@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from swarmfab.goal import Goal
 from swarmfab.kernels import DesignSpace, KnobValue
 from swarmfab.records import Candidate, Lesson, Verdict
 
-__all__ = ["Agent", "Context"]
+__all__ = ["Agent", "Context", "fresh_candidates"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +66,24 @@ class Agent(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.id!r}, role={self.role!r})"
+
+
+def fresh_candidates(
+    context: Context, settings: Iterable[tuple[dict[str, KnobValue], str]], *, agent: str,
+    parents: tuple[str, ...] = (), limit: int = 1,
+) -> list[Candidate]:
+    """Up to ``limit`` candidates rendered from (setting, rationale) pairs, in order,
+    skipping any already judged or in flight and any repeat among them (two settings
+    that differ only in knobs the template ignores are one candidate)."""
+    proposals: list[Candidate] = []
+    seen = set(context.evaluated)
+    for setting, why in settings:
+        candidate = context.space.instantiate(setting, threads=context.goal.threads,
+                                              parents=parents, agent=agent, rationale=why)
+        if candidate.id in seen:
+            continue
+        seen.add(candidate.id)
+        proposals.append(candidate)
+        if len(proposals) >= limit:
+            break
+    return proposals

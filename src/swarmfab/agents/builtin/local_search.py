@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from swarmfab.agents.base import Agent, Context
+from swarmfab.agents.base import Agent, Context, fresh_candidates
 from swarmfab.kernels import Knob, KnobValue
 from swarmfab.records import Candidate
 
@@ -40,20 +40,8 @@ class LocalSearchAgent(Agent):
             base, parent = dict(elite.knobs), (elite.id,)  # explore from another cell
         if self._yields_to_a_helpful_move(base, context):
             return []  # the run loop asks the next agent
-        proposals: list[Candidate] = []
-        seen = set(context.evaluated)
-        for setting, why in self._by_lessons(base, self._moves(base, context), context):
-            candidate = context.space.instantiate(
-                setting, threads=context.goal.threads, parents=parent, agent=self.id,
-                rationale=why,
-            )
-            if candidate.id in seen:
-                continue
-            seen.add(candidate.id)
-            proposals.append(candidate)
-            if len(proposals) >= limit:
-                break
-        return proposals
+        moves = self._by_lessons(base, self._moves(base, context), context)
+        return fresh_candidates(context, moves, agent=self.id, parents=parent, limit=limit)
 
     def _moves(
         self, base: dict[str, KnobValue], context: Context
@@ -148,21 +136,10 @@ class RestartAgent(Agent):
         self.kick = kick  # False: uniform draws only (the random-search baseline)
 
     def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
-        proposals: list[Candidate] = []
-        seen = set(context.evaluated)
         parent = (context.champion.id,) if context.champion else ()
-        for values, why in _random_settings(context, self.kick):
-            setting = {k.name: v for k, v in zip(context.space.knobs, values, strict=True)}
-            candidate = context.space.instantiate(
-                setting, threads=context.goal.threads, parents=parent, agent=self.id,
-                rationale=why,
-            )
-            if candidate.id not in seen:
-                seen.add(candidate.id)
-                proposals.append(candidate)
-                if len(proposals) >= limit:
-                    break
-        return proposals
+        settings = (({k.name: v for k, v in zip(context.space.knobs, values, strict=True)}, why)
+                    for values, why in _random_settings(context, self.kick))
+        return fresh_candidates(context, settings, agent=self.id, parents=parent, limit=limit)
 
 
 KICK_KNOBS = 3  # knobs a kick changes at once

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from swarmfab.agents.base import Agent, Context
+from swarmfab.agents.base import Agent, Context, fresh_candidates
 from swarmfab.knowledge.recall import Recalled, project
 from swarmfab.records import Candidate
 
@@ -25,16 +25,6 @@ class RecallAgent(Agent):
         self.recalled = tuple(recalled)
 
     def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
-        proposals: list[Candidate] = []
-        seen = set(context.evaluated)
-        for item in self.recalled:
-            candidate = context.space.instantiate(
-                project(item.knobs, context.space), threads=context.goal.threads,
-                agent=self.id, rationale=f"recalled: {item.describe()}")
-            if candidate.id in seen:
-                continue
-            seen.add(candidate.id)
-            proposals.append(candidate)
-            if len(proposals) >= limit:
-                break
-        return proposals
+        settings = ((project(item.knobs, context.space), f"recalled: {item.describe()}")
+                    for item in self.recalled)
+        return fresh_candidates(context, settings, agent=self.id, limit=limit)
