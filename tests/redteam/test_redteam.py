@@ -296,11 +296,12 @@ QUICK = TimingPolicy(min_rounds=3, max_rounds=8, max_seconds=1.0, min_sample_s=0
 def evaluator(workdir: Path) -> Evaluator:
     """An evaluator like the CLI's, on one mid-sized target shape, with the host's peaks
     (so the roofline's impossible-speed check is on) and a quick timing policy. One thread:
-    a single core's peak is at most ~0.2 TFLOP/s, so this shape's compute bound (~29
-    MFLOP) stays far above the microseconds a fake clock reports."""
+    a single core's multiply-add peak is at most ~0.3 TFLOP/s (AVX-512 on two full-width
+    pipes), so this shape's compute bound (~400 MFLOP: ~1.5 ms) stays far above the
+    harness's own overhead per call (~0.2 ms), which is all a fake clock reports."""
     workload = get_workload("kda")
     return Evaluator(
-        workload, [Shape(B=1, T=512, H=2, HV=2, K=64, V=64)], workdir / "cache",
+        workload, [Shape(B=1, T=4096, H=4, HV=4, K=64, V=64)], workdir / "cache",
         threads=1, tolerances=workload.tolerances(torch.float32), limits=Limits(),
         policy=QUICK, peaks=host_peaks(Store(str(workdir / "x.db")), 1),
     )

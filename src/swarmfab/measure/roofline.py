@@ -66,7 +66,8 @@ def host_fingerprint(threads: int) -> str:
     except OSError:
         pass
     # "peaks v2": the FMA loop counts too, so peaks stored from GEMM alone are not reused
-    return f"{model} | {host_isa()} | peaks v2 | {threads} threads"
+    # (readers match on the "| ISA | N threads" tail, so it goes after the model)
+    return f"{model} | peaks v2 | {host_isa()} | {threads} threads"
 
 
 def _best_seconds(call: Callable[[], object], repeats: int) -> float:
