@@ -297,11 +297,12 @@ def evaluator(workdir: Path) -> Evaluator:
     """An evaluator like the CLI's, on one mid-sized target shape, with the host's peaks
     (so the roofline's impossible-speed check is on) and a quick timing policy. One thread:
     a single core's multiply-add peak is at most ~0.3 TFLOP/s (AVX-512 on two full-width
-    pipes), so this shape's compute bound (~400 MFLOP: ~1.5 ms) stays far above the
-    harness's own overhead per call (~0.2 ms), which is all a fake clock reports."""
+    pipes), so this shape's compute bound (~800 MFLOP: ~3 ms) stays far above the
+    harness's own work per call, which is all a fake clock reports (it grows with the
+    inputs' bytes, so wide heads: many FLOPs per byte)."""
     workload = get_workload("kda")
     return Evaluator(
-        workload, [Shape(B=1, T=4096, H=4, HV=4, K=64, V=64)], workdir / "cache",
+        workload, [Shape(B=1, T=512, H=4, HV=4, K=256, V=256)], workdir / "cache",
         threads=1, tolerances=workload.tolerances(torch.float32), limits=Limits(),
         policy=QUICK, peaks=host_peaks(Store(str(workdir / "x.db")), 1),
     )
