@@ -14,6 +14,7 @@ PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64
 PACKAGES=(
     "pydantic>=2.6" pydantic-core annotated-types typing-inspection typing-extensions
     "sqlalchemy>=2.0" greenlet
+    alembic mako  # every store runs its schema migrations on open
     fla-core
 )
 mkdir -p "$WHEELHOUSE"
