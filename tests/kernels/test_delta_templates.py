@@ -39,6 +39,8 @@ VARIANTS: list[tuple[str, dict[str, KnobValue]]] = [
     ("recurrent-pipelined-rows1", {**RECURRENT, "row_group": 1, "tile_v": 8}),
     ("recurrent-groups-of-8-streamed", {**RECURRENT, "token_group": 8, "tile_v": 16,
                                         "output_stores": "streaming"}),
+    ("recurrent-groups-of-4-no-prefetch", {**RECURRENT, "token_group": 4, "row_group": 1,
+                                           "input_prefetch": "none"}),
     ("recurrent-streamed-partial-tiles", {**RECURRENT, "output_stores": "streaming",
                                           "tile_v": 64}),
     ("recurrent-groups-of-2-fused-tails", {**RECURRENT, "token_group": 2, "passes": "fused",

@@ -58,6 +58,7 @@ def _recurrent_defines(setting: Setting, threads: int) -> list[str]:
         *([f"#define RC_GROUP {setting['token_group']}"]
           if grouped and setting["token_group"] != 1 else []),
         *(["#define RC_STREAM 1"] if setting["output_stores"] == "streaming" else []),
+        *(["#define RC_PREFETCH 1"] if setting["input_prefetch"] == "ahead" else []),
     ]
 
 
@@ -149,6 +150,10 @@ def delta_space(workload: str) -> DesignSpace:
             Knob("output_stores", "layout", ("cached", "streaming"), "cached",
                  help="recurrence: write outputs through the cache, or with non-temporal "
                       "stores (not read back, not fetched first)"),
+            Knob("input_prefetch", "layout", ("none", "ahead"), "ahead",
+                 help="recurrence: ask for the next block's inputs and each tile's values "
+                      "a few tokens ahead (rows of one head are too far apart for the "
+                      "hardware prefetchers)"),
             Knob("optimisation", "compiler", tuple(_OPTIMISATION), "O3-fastmath", ordered=True,
                  help="optimisation level, fast-math, loop unrolling"),
         ),

@@ -31,6 +31,8 @@
  *   RC_ROWS      key-major: state rows per step of a sweep, each with its own partial
  *                sums (the reductions' dependency chains get shorter, registers fewer)
  *   RC_STREAM    1: outputs written with non-temporal stores (whole lines, AVX-512)
+ *   RC_PREFETCH  1: while a block runs, ask for the next block's inputs (q, k, g, beta)
+ *                and for each tile's values RC_V_AHEAD tokens ahead (software prefetch)
  *   RC_GROUP     0, or tokens per group (deferred decay, key-major): one sweep projects
  *                the state on the keys and queries of a whole group, a small triangular
  *                recurrence over the group gives each token's update and output, and a
@@ -70,6 +72,9 @@
 #ifndef RC_STREAM
 #define RC_STREAM 0
 #endif
+#ifndef RC_PREFETCH
+#define RC_PREFETCH 0
+#endif
 #if RC_STREAM && defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -88,9 +93,49 @@ store_outputs(float *restrict ot, const float *restrict out, const int bv)
 #endif
     for (int j = 0; j < bv; j++) ot[j] = out[j];
 }
-#define RC_UNROLL _Pragma("GCC unroll 16")
 
+#define RC_UNROLL _Pragma("GCC unroll 16")
 #define RC_NB 64               /* tokens prepared at once */
+#define RC_V_AHEAD 4           /* tokens ahead a tile asks for its values */
+
+/* A token's rows of q, k, g and v lie H*K or HV*V floats from the previous token's: too
+ * far apart for the hardware's prefetchers, which stay within a page. Without help,
+ * prepare() and the first read of each tile's values wait on memory, once per line.
+ * These ask for the lines early (into L2), while the sweeps keep the cores busy. */
+static inline __attribute__((always_inline)) void
+prefetch_lines(const float *first, int64_t count)
+{
+#if RC_PREFETCH
+    for (int64_t i = 0; i < count; i += 16) __builtin_prefetch(first + i, 0, 2);
+#else
+    (void)first; (void)count;
+#endif
+}
+
+/* Everything prepare() reads of token t (batch b, value head hv), if t is in range. */
+static inline __attribute__((always_inline)) void
+prefetch_inputs(const delta_args *a, int64_t b, int64_t hv, int64_t t)
+{
+    if (!RC_PREFETCH || t >= a->T) return;
+    const int64_t K = a->K, row = b * a->T + t, h = hv / (a->HV / a->H);
+    const int64_t tok = row * a->HV + hv;
+    prefetch_lines(a->q + (row * a->H + h) * K, K);
+    prefetch_lines(a->k + (row * a->H + h) * K, K);
+    prefetch_lines(a->g + tok * (DELTA_SCALAR_GATE ? 1 : K), DELTA_SCALAR_GATE ? 1 : K);
+    prefetch_lines(a->beta + tok, 1);
+}
+
+/* Before token t of a tile: ask for its values RC_V_AHEAD tokens on, and (ahead: the
+ * job's first tile) for the inputs prepare() reads one block on. */
+static inline __attribute__((always_inline)) void
+before_token(const delta_args *a, int64_t b, int64_t hv, int64_t t, int64_t v0, const int bv,
+             int ahead)
+{
+    if (!RC_PREFETCH) return;
+    if (t + RC_V_AHEAD < a->T)
+        prefetch_lines(a->v + ((b * a->T + t + RC_V_AHEAD) * a->HV + hv) * a->V + v0, bv);
+    if (ahead) prefetch_inputs(a, b, hv, t + RC_NB);
+}
 
 #define RC_LOG_LIMIT 30.0f     /* exp(30) ~ 1e13: keys rescaled by 1/c stay far from overflow */
 #define RC_AT(S, i, j, K) (S)[RC_VMAJOR ? (j) * (K) + (i) : (i) * RC_BV + (j)]
@@ -128,6 +173,21 @@ static void prepare(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
             L[d] += gt[DELTA_SCALAR_GATE ? 0 : d];
             renormalise |= fabsf(L[d]) > RC_LOG_LIMIT;
         }
+#if RC_GROUP
+        if (!renormalise && s % RC_GROUP == 0 && s + RC_GROUP <= n) {
+            /* renormalise at the start of a group rather than inside it, where the
+             * group would run token by token */
+            const int64_t stride = a->HV * (DELTA_SCALAR_GATE ? 1 : K);
+#pragma omp simd reduction(| : renormalise)
+            for (int64_t d = 0; d < K; d++) {
+                float ahead = L[d];
+                for (int m = 1; m < RC_GROUP; m++) {
+                    ahead += gt[m * stride + (DELTA_SCALAR_GATE ? 0 : d)];
+                    renormalise |= fabsf(ahead) > RC_LOG_LIMIT;
+                }
+            }
+        }
+#endif
         w->scaled[s] = (unsigned char)renormalise;
         if (renormalise)
 #pragma omp simd
@@ -274,22 +334,23 @@ token_separate(float *restrict S, int64_t K, const int bv, const float *restrict
 
 #if RC_GROUP
 /* For the group of RC_GROUP tokens from block index g: acc[b] = S^T kc_{g+b} and
- * out[b] = S^T qc_{g+b} in one sweep (the rows first scaled when token g renormalises). */
+ * out[b] = S^T qc_{g+b} in one sweep (each row first scaled when token g renormalises). */
 static inline __attribute__((always_inline)) void
 group_project(float *restrict S, int64_t K, const int bv, const rc_work *w, int g,
               float acc[RC_GROUP][RC_BV], float out[RC_GROUP][RC_BV])
 {
-    if (w->scaled[g]) {
-        const float *restrict sc = w->SC + g * K;
-        for (int64_t i = 0; i < K; i++)
-#pragma omp simd
-            for (int j = 0; j < bv; j++) S[i * RC_BV + j] *= sc[i];
-    }
+    const int scaled = w->scaled[g];
+    const float *restrict sc = w->SC + g * K;
     for (int b = 0; b < RC_GROUP; b++)
         for (int j = 0; j < bv; j++) { acc[b][j] = 0.0f; out[b][j] = 0.0f; }
     const float *restrict kc = w->KC + g * K, *restrict qc = w->QC + g * K;
     for (int64_t i = 0; i < K; i++) {
-        const float *restrict row = S + i * RC_BV;
+        float *restrict row = S + i * RC_BV;
+        if (scaled) {
+            const float d = sc[i];
+#pragma omp simd
+            for (int j = 0; j < bv; j++) row[j] *= d;
+        }
         RC_UNROLL
         for (int b = 0; b < RC_GROUP; b++) {
             const float k = kc[b * K + i], q = qc[b * K + i];
@@ -322,17 +383,17 @@ group_update(float *restrict S, int64_t K, const int bv, const float *restrict k
 /* Tokens g .. g+RC_GROUP-1 of a block over one tile: project, solve, output, update. */
 static inline __attribute__((always_inline)) void
 run_group(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t hv,
-          int64_t t0, int g, int64_t v0, const int bv)
+          int64_t t0, int g, int64_t v0, const int bv, int ahead)
 {
     const int64_t K = a->K, V = a->V;
     float acc[RC_GROUP][RC_BV], out[RC_GROUP][RC_BV], u[RC_GROUP][RC_BV];
+    for (int m = 0; m < RC_GROUP; m++) before_token(a, b, hv, t0 + g + m, v0, bv, ahead);
     group_project(S, K, bv, w, g, acc, out);
     RC_UNROLL  /* constant indices: the group's vectors can live in registers */
     for (int m = 0; m < RC_GROUP; m++) {
         const int s = g + m;
         const int64_t tok = (b * a->T + t0 + s) * a->HV + hv;
         const float *restrict vt = a->v + tok * V + v0;
-        float *restrict ot = a->o + tok * V + v0;
         const float *dk = w->DK + s * RC_GROUP, *dq = w->DQ + s * RC_GROUP;
         for (int j = 0; j < bv; j++) {
             float x = acc[m][j];  /* S^T kc_s with the group's earlier updates added */
@@ -344,65 +405,74 @@ run_group(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t
             float y = out[m][j];
             RC_UNROLL
             for (int c = 0; c <= m; c++) y += dq[c] * u[c][j];
-            ot[j] = y;
+            out[m][j] = y;
         }
+        store_outputs(a->o + tok * V + v0, out[m], bv);
     }
     group_update(S, K, bv, w->KI + g * K, u);
 }
 #endif
 
-/* Run n prepared tokens over one key-major tile (bv value columns from v0). */
+/* Token s of a block in two sweeps: S^T k (after the decay, if any), then the update
+ * with the readout into out. */
+static inline __attribute__((always_inline)) void
+token_fused(rc_work *w, float *restrict S, int64_t K, const int bv, int s,
+            const float *restrict vt, float *restrict out)
+{
+    float u[RC_BV];
+    sweep_project(S, K, bv, w->SC + s * K, w->scaled[s], w->KC + s * K, w->acc);
+    for (int j = 0; j < bv; j++) u[j] = w->beta[s] * (vt[j] - w->acc[j]);
+    sweep_update(S, K, bv, SWEEP_LAST, w->KI + s * K, u, w->QC + s * K, out, NULL, NULL, NULL);
+}
+
+/* Run n prepared tokens over one key-major tile (bv value columns from v0); ahead: this
+ * is the job's first tile, which asks for the next block's inputs. */
 static inline __attribute__((always_inline)) void
 run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t hv,
-          int64_t t0, int n, int64_t v0, const int bv)
+          int64_t t0, int n, int64_t v0, const int bv, int ahead)
 {
     const int64_t K = a->K, V = a->V;
-    float u[RC_BV], out[RC_BV], *restrict acc = w->acc;
+    float out[RC_BV];
     int s = 0;
 #if RC_GROUP
     for (; s + RC_GROUP <= n; s += RC_GROUP) {
         int renormalises = 0;  /* after the group's first token: token by token instead */
         for (int m = 1; m < RC_GROUP; m++) renormalises |= w->scaled[s + m];
         if (!renormalises) {
-            run_group(a, w, S, b, hv, t0, s, v0, bv);
+            run_group(a, w, S, b, hv, t0, s, v0, bv, ahead);
             continue;
         }
         for (int m = s; m < s + RC_GROUP; m++) {
             const int64_t tok = (b * a->T + t0 + m) * a->HV + hv;
-            sweep_project(S, K, bv, w->SC + m * K, w->scaled[m], w->KC + m * K, acc);
-            for (int j = 0; j < bv; j++) u[j] = w->beta[m] * (a->v[tok * V + v0 + j] - acc[j]);
-            sweep_update(S, K, bv, SWEEP_LAST, w->KI + m * K, u, w->QC + m * K, out, NULL, NULL,
-                         NULL);
-            for (int j = 0; j < bv; j++) a->o[tok * V + v0 + j] = out[j];
+            before_token(a, b, hv, t0 + m, v0, bv, ahead);
+            token_fused(w, S, K, bv, m, a->v + tok * V + v0, out);
+            store_outputs(a->o + tok * V + v0, out, bv);
         }
     }
-    if (s == n) return;
 #endif
 #if RC_PASSES == 1
-    sweep_project(S, K, bv, w->SC + s * K, w->scaled[s], w->KC + s * K, acc);
+    float u[RC_BV], *restrict acc = w->acc;
+    if (s < n) sweep_project(S, K, bv, w->SC + s * K, w->scaled[s], w->KC + s * K, acc);
 #endif
     for (; s < n; s++) {
         const int64_t tok = (b * a->T + t0 + s) * a->HV + hv;
         const float *restrict vt = a->v + tok * V + v0;
+        before_token(a, b, hv, t0 + s, v0, bv, ahead);
+#if RC_PASSES == 4
+        token_separate(S, K, bv, w->SC + s * K, w->scaled[s], w->KC + s * K, w->KI + s * K,
+                       w->QC + s * K, vt, w->beta[s], out);
+#elif RC_PASSES == 2
+        token_fused(w, S, K, bv, s, vt, out);
+#else
         const float *qc = w->QC + s * K, *kc = w->KC + s * K, *ki = w->KI + s * K;
         const float *sc = w->SC + s * K;
-#if RC_PASSES == 4
-        token_separate(S, K, bv, sc, w->scaled[s], kc, ki, qc, vt, w->beta[s], out);
-#else
-#if RC_PASSES == 2
-        sweep_project(S, K, bv, sc, w->scaled[s], kc, acc);
-#endif
         for (int j = 0; j < bv; j++) u[j] = w->beta[s] * (vt[j] - acc[j]);
-#if RC_PASSES == 1
         if (s + 1 == n)
             sweep_update(S, K, bv, SWEEP_LAST, ki, u, qc, out, sc, kc, acc);
         else if (w->scaled[s + 1])
             sweep_update(S, K, bv, SWEEP_SCALED_NEXT, ki, u, qc, out, sc + K, kc + K, acc);
         else
             sweep_update(S, K, bv, SWEEP_NEXT, ki, u, qc, out, sc + K, kc + K, acc);
-#else
-        sweep_update(S, K, bv, SWEEP_LAST, ki, u, qc, out, sc, kc, acc);
-#endif
 #endif
         store_outputs(a->o + tok * V + v0, out, bv);
     }
@@ -427,7 +497,7 @@ row_project(float *restrict row, int64_t K, const float *restrict sc, int scaled
 
 static inline __attribute__((always_inline)) void
 run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t hv,
-          int64_t t0, int n, int64_t v0, const int bv)
+          int64_t t0, int n, int64_t v0, const int bv, int ahead)
 {
     const int64_t K = a->K, V = a->V;
     float *restrict acc = w->acc;
@@ -439,6 +509,7 @@ run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t
         const float *restrict vt = a->v + tok * V + v0;
         float *restrict ot = a->o + tok * V + v0;
         const float *restrict qc = w->QC + s * K, *restrict ki = w->KI + s * K;
+        before_token(a, b, hv, t0 + s, v0, bv, ahead);
         const int next = RC_PASSES == 1 && s + 1 < n, scaled_next = next && w->scaled[s + 1];
         for (int j = 0; j < bv; j++) {
             float *restrict row = S + j * K;
@@ -478,9 +549,9 @@ static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
             float *S = w->S + (tile - tile0) * K * RC_BV;
             const int64_t v0 = tile * RC_BV;
             if (V - v0 >= RC_BV)  /* full tile: constant trip counts, fully vectorised */
-                run_block(a, w, S, b, hv, t0, n, v0, RC_BV);
+                run_block(a, w, S, b, hv, t0, n, v0, RC_BV, tile == tile0);
             else
-                run_block(a, w, S, b, hv, t0, n, v0, (int)(V - v0));
+                run_block(a, w, S, b, hv, t0, n, v0, (int)(V - v0), tile == tile0);
         }
     }
 #if RC_STREAM && defined(__AVX512F__)
