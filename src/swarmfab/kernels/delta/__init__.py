@@ -103,8 +103,9 @@ def delta_space(workload: str) -> DesignSpace:
     chunked form with fla's chunk of 64, OpenMP over (batch, head), mid-sized
     micro-kernels, -O3 -ffast-math for the host (the verifier judges the accuracy);
     agents search around them. The recurrence's own knobs default to its best-engineered
-    form (one sweep per token, deferred decay), so the single move to that template
-    compares the two algorithms at their best, not at their most naive.
+    form (deferred decay, groups of 4 tokens per pair of sweeps, inputs prefetched), so
+    the single move to that template compares the two algorithms at their best, not at
+    their most naive.
     """
     isa_values = tuple(name for name, _ in isa_targets())
     return DesignSpace(
@@ -124,7 +125,7 @@ def delta_space(workload: str) -> DesignSpace:
                  help="state columns per tile (recurrence; chunked when parallel=tiles)"),
             Knob("chunk", "tiling", (16, 32, 64, 128), 64, ordered=True,
                  help="chunked: tokens per chunk"),
-            Knob("token_group", "tiling", (1, 2, 4, 8), 1, ordered=True,
+            Knob("token_group", "tiling", (1, 2, 4, 8), 4, ordered=True,
                  help="recurrence with deferred decay: tokens whose updates one pair of "
                       "sweeps over the state applies (1: token by token)"),
             Knob("micro_cols", "tiling", (16, 32, 64), 32, ordered=True,
