@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from swarmfab.agents import Context
 from swarmfab.agents.builtin import RecallAgent
 from swarmfab.goal import default_goal
@@ -70,9 +72,14 @@ def test_the_recall_agent_proposes_each_setting_once_then_stops() -> None:
     assert "recalled: champion of run a" in proposals[0].rationale
 
 
-def test_the_store_recalls_champions_of_finished_runs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_the_store_recalls_champions_of_finished_runs(
+    tmp_path: Path, dialect: str, request: pytest.FixtureRequest
+) -> None:
+    """Recall reads the champions' knobs from inside the stored JSON, in either dialect."""
     space = design_space("kda")
-    store = Store(tmp_path / "x.db")
+    store = Store(request.getfixturevalue("postgres_url") if dialect == "postgresql"
+                  else tmp_path / "x.db")
     run = store.start_run("kda", {"workload": "kda"}, HOST)
     candidate = space.instantiate({**space.default(), "algorithm": "recurrent"}, threads=2)
     time = Estimate(1e-3, 0.9e-3, 1.1e-3)

@@ -59,6 +59,13 @@ def family_of(workload: str) -> str:
         return workload
 
 
+def family_members(family: str) -> list[str]:
+    """Every workload name whose family is ``family`` (the family's own name included)."""
+    from swarmfab.workloads import workload_names
+
+    return sorted({family, *(name for name in workload_names() if family_of(name) == family)})
+
+
 def device_class(host: Mapping[str, Any]) -> str:
     """e.g. ``cpu-x86_64-avx512-t2_4``: architecture, widest vector ISA, thread bucket."""
     isa = str(host.get("isa", ""))

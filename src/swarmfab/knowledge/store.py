@@ -226,19 +226,24 @@ class Store:
         return lessons.merge(self.lesson_evidence(context.family), context)
 
     def champions(self, family: str) -> list[Champion]:
-        """The champion of every run of a workload family that has one, oldest run first."""
+        """The champion of every run of a workload family that has one, oldest run first.
+
+        Only the champions' knobs and timed shapes are read, not their sources, and only
+        for the family's workloads: a run start stays cheap in a large shared store."""
         with self.session() as s:
             rows = s.execute(
-                select(RunRow, CandidateRow.body, VerdictRow.body)
+                select(RunRow.id, RunRow.workload, RunRow.host, RunRow.started_at,
+                       CandidateRow.body["knobs"], VerdictRow.body["timings"])
                 .join(CandidateRow, CandidateRow.id == RunRow.champion_id)
                 .join(VerdictRow, (VerdictRow.run_id == RunRow.id)
                       & (VerdictRow.candidate_id == RunRow.champion_id))
+                .where(RunRow.workload.in_(lessons.family_members(family)))
                 .order_by(RunRow.started_at))
             return [Champion(
-                run.id, run.workload, dict(run.host),
-                tuple(str(t.get("shape", "")) for t in verdict.get("timings", [])),
-                dict(candidate.get("knobs") or {}), run.started_at)
-                for run, candidate, verdict in rows if lessons.family_of(run.workload) == family]
+                run_id, workload, dict(host),
+                tuple(str(t.get("shape", "")) for t in timings or []),
+                dict(knobs or {}), started_at)
+                for run_id, workload, host, started_at, knobs, timings in rows]
 
     def recall(self, context: lessons.LessonContext, limit: int = 3) -> list[Recalled]:
         """Champion settings of earlier runs for a run in ``context``, most similar first."""
