@@ -38,8 +38,9 @@
  *                recurrence over the group gives each token's update and output, and a
  *                second sweep applies the group's updates: per state element and token
  *                still three multiply-adds, but 2/RC_GROUP loads and 1/RC_GROUP stores.
- *                A group with a renormalisation after its first token, and a block's
- *                last partial group, run token by token (two sweeps each).
+ *                A group renormalises at its start when |L| would pass the limit
+ *                inside it; one that still must renormalise later (strong decay) and a
+ *                block's last partial group run token by token.
  */
 #ifndef RC_BV
 #define RC_BV 32
