@@ -109,7 +109,9 @@ def test_restart_agent_kicks_the_champion_before_drawing_from_the_whole_space() 
     champion = space.instantiate({**space.default(), "algorithm": "recurrent"}, threads=1)
     batch = RestartAgent().propose(_context(space, champion, {champion.id}, seed=3), limit=6)
     assert len(batch) == 6
+    live = {knob.name for knob in space.live_knobs(champion.knobs, threads=1)}
+    assert "passes" in live and "chunk" not in live  # the recurrence ignores the chunk size
     for candidate in batch:
         changed = {k for k, v in candidate.knobs.items() if champion.knobs[k] != v}
-        assert 1 <= len(changed) <= KICK_KNOBS
+        assert len(changed) == KICK_KNOBS and changed <= live
         assert candidate.rationale.startswith("kick: ") and candidate.parents == (champion.id,)

@@ -78,6 +78,17 @@ class DesignSpace:
                 given = setting.get(knob.name)
                 raise ValueError(f"knob {knob.name}: {given!r} not in {knob.values}")
 
+    def live_knobs(self, setting: Setting, *, threads: int) -> list[Knob]:
+        """Knobs with another value that renders a different candidate from ``setting``.
+
+        A template ignores the knobs of the others (the chunk size means nothing to the
+        recurrence), so a move there would be judged as the same candidate: a search
+        that wants a real change picks among these."""
+        base = self.instantiate(setting, threads=threads).id
+        return [knob for knob in self.knobs if any(
+            self.instantiate({**setting, knob.name: value}, threads=threads).id != base
+            for value in knob.values if value != setting[knob.name])]
+
     def instantiate(
         self, setting: Setting, *, threads: int, parents: tuple[str, ...] = (),
         agent: str = "", rationale: str = "",

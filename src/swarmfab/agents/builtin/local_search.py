@@ -126,8 +126,9 @@ class RestartAgent(Agent):
 
     Consulted when every domain agent has run out of proposals around the champion, or
     when the supervisor asks for larger moves after a stretch without a new champion.
-    It first kicks the champion (``KICK_KNOBS`` knobs of any domains changed at random at
-    once: iterated local search, which keeps what was learned), then draws uniformly from
+    It first kicks the champion (``KICK_KNOBS`` knobs of any domains, among those its
+    template reads, changed at random at once: iterated local search, which keeps what
+    was learned), then draws uniformly from
     the whole space, so the run never stalls while unexplored settings remain.
     """
 
@@ -156,14 +157,14 @@ def _random_settings(context: Context, kick: bool = True) -> Iterator[tuple[Valu
     knobs = context.space.knobs
     champion = context.champion.knobs if context.champion and context.champion.knobs else None
     if kick and champion is not None and set(champion) == {knob.name for knob in knobs}:
-        for _ in range(KICK_TRIES):
-            kicked = set(context.rng.sample([k.name for k in knobs], min(KICK_KNOBS, len(knobs))))
-            values = tuple(context.rng.choice(k.values) if k.name in kicked else champion[k.name]
-                           for k in knobs)
-            changed = [k.name for k, v in zip(knobs, values, strict=True) if v != champion[k.name]]
+        live = [k.name for k in context.space.live_knobs(champion, threads=context.goal.threads)]
+        for _ in range(KICK_TRIES if live else 0):
+            kicked = set(context.rng.sample(live, min(KICK_KNOBS, len(live))))
+            values = tuple(
+                context.rng.choice([v for v in k.values if v != champion[k.name]])
+                if k.name in kicked else champion[k.name] for k in knobs)
             yield values, "kick: " + ", ".join(
-                f"{name} -> {value}" for name, value in zip(
-                    [k.name for k in knobs], values, strict=True) if name in changed)
+                f"{k.name} -> {v}" for k, v in zip(knobs, values, strict=True) if k.name in kicked)
     why = "restart: random point of the whole space"
     if context.space.size() <= ENUMERATE_LIMIT:
         settings = list(itertools.product(*(knob.values for knob in knobs)))
