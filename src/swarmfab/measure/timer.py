@@ -2,8 +2,12 @@
 
 Several implementations of the same call are timed in rounds; each round runs every
 implementation once, in an order that rotates from round to round, so drift and cache
-warmth fall on all of them alike. Calls shorter than a millisecond are repeated within a
-sample (the same number of times for everyone). Rounds go on until the confidence
+warmth fall on all of them alike. Each sample follows one untimed call of the same
+implementation: the first call after another implementation ran pays for the switch
+(an OpenMP pool that went to sleep during a single-threaded kernel took 2-5x longer to
+wake than to work), and a user calling one kernel in a loop never pays that. Calls
+shorter than a millisecond are repeated within a sample (the same number of times for
+everyone). Rounds go on until the confidence
 interval of every paired ratio is narrow enough, or the time cap is reached (then the
 interval says how sure we are, and the comparison stays honest).
 """
@@ -102,6 +106,7 @@ def time_interleaved(
     for round_index in range(policy.max_rounds):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
+            calls[name]()  # untimed: the switch from another implementation (module doc)
             watch.evict(round_index)  # untimed
             samples[name].append(watch.seconds(calls[name], inner))
         if round_index + 1 >= policy.min_rounds and (
