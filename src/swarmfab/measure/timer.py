@@ -3,13 +3,13 @@
 Several implementations of the same call are timed in rounds; each round runs every
 implementation once, in an order that rotates from round to round, so drift and cache
 warmth fall on all of them alike. Each sample follows one untimed call of the same
-implementation: the first call after another implementation ran pays for the switch
-(an OpenMP pool that went to sleep during a single-threaded kernel took 2-5x longer to
-wake than to work), and a user calling one kernel in a loop never pays that. Calls
-shorter than a millisecond are repeated within a sample (the same number of times for
-everyone). Rounds go on until the confidence
-interval of every paired ratio is narrow enough, or the time cap is reached (then the
-interval says how sure we are, and the comparison stays honest).
+implementation: the first call after another implementation ran pays for the switch (an
+OpenMP pool that went to sleep during a single-threaded kernel took 2-5x longer to wake
+than to work), and a user calling one kernel in a loop never pays that. Calls shorter
+than a millisecond are repeated within a sample (the same number of times for everyone).
+Rounds go on until the confidence interval of every paired ratio is narrow enough, or
+the time cap is reached (then the interval says how sure we are, and the comparison
+stays honest).
 """
 
 from __future__ import annotations
