@@ -128,8 +128,8 @@ class RestartAgent(Agent):
     when the supervisor asks for larger moves after a stretch without a new champion.
     It first kicks the champion (``KICK_KNOBS`` knobs of any domains, among those its
     template reads, changed at random at once: iterated local search, which keeps what
-    was learned), then draws uniformly from
-    the whole space, so the run never stalls while unexplored settings remain.
+    was learned), then draws uniformly from the whole space, so the run never stalls
+    while unexplored settings remain.
     """
 
     def __init__(self, agent_id: str = "builtin-restart", *, kick: bool = True):
