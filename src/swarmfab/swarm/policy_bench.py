@@ -174,11 +174,11 @@ def compare_policies(
                 for seed in seeds for policy in policies]
 
     results = searches()
-    confirm = getattr(oracle, "confirm_fastest", None)  # a plain function has exact figures
-    for _ in range(3 if confirm is not None else 0):
-        if not confirm():  # type: ignore[misc]
-            break
-        results = searches()
+    if isinstance(oracle, SpeedOracle):  # a plain function's figures are exact
+        for _ in range(3):
+            if not oracle.confirm_fastest():
+                break
+            results = searches()
     return results
 
 
