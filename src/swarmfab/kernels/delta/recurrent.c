@@ -106,18 +106,14 @@ store_outputs(float *restrict ot, const float *restrict out, const int bv)
 static inline __attribute__((always_inline)) void
 prefetch_lines(const float *first, int64_t count)
 {
-#if RC_PREFETCH
     for (int64_t i = 0; i < count; i += 16) __builtin_prefetch(first + i, 0, 2);
-#else
-    (void)first; (void)count;
-#endif
 }
 
 /* Everything prepare() reads of token t (batch b, value head hv), if t is in range. */
 static inline __attribute__((always_inline)) void
 prefetch_inputs(const delta_args *a, int64_t b, int64_t hv, int64_t t)
 {
-    if (!RC_PREFETCH || t >= a->T) return;
+    if (t >= a->T) return;
     const int64_t K = a->K, row = b * a->T + t, h = hv / (a->HV / a->H);
     const int64_t tok = row * a->HV + hv;
     prefetch_lines(a->q + (row * a->H + h) * K, K);
@@ -126,8 +122,8 @@ prefetch_inputs(const delta_args *a, int64_t b, int64_t hv, int64_t t)
     prefetch_lines(a->beta + tok, 1);
 }
 
-/* Before token t of a tile: ask for its values RC_V_AHEAD tokens on, and (ahead: the
- * job's first tile) for the inputs prepare() reads one block on. */
+/* Before token t of a tile (RC_PREFETCH only): ask for its values RC_V_AHEAD tokens on,
+ * and (ahead: the job's first tile) for the inputs prepare() reads one block on. */
 static inline __attribute__((always_inline)) void
 before_token(const delta_args *a, int64_t b, int64_t hv, int64_t t, int64_t v0, const int bv,
              int ahead)
