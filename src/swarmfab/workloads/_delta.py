@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from swarmfab.errors import WorkloadError
 from swarmfab.kernels import DesignSpace
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads import _delta_math, _delta_reference
 from swarmfab.workloads._base import (
     Case,
     CFunction,
@@ -102,6 +102,16 @@ class GatedDeltaRule(Workload):
         }
 
     def reference(self, inputs: Inputs) -> Outputs:
+        """The recurrence in float64: compiled (``_delta_reference``) where a C compiler
+        works, else in PyTorch (:meth:`reference_torch`); tests hold the two equal."""
+        q, k, v, g, beta, h0 = self._float64(inputs)
+        computed = _delta_reference.recurrent_f64(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
+        if computed is None:
+            return self.reference_torch(inputs)
+        return {"o": computed[0], "final_state": computed[1]}
+
+    def reference_torch(self, inputs: Inputs) -> Outputs:
+        """The per-token recurrence in float64 PyTorch (the reference's definition)."""
         q, k, v, g, beta, h0 = self._float64(inputs)
         o, state = _delta_math.recurrent(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
         return {"o": o, "final_state": state}
