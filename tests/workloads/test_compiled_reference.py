@@ -8,8 +8,7 @@ import random
 import pytest
 import torch
 
-from swarmfab.workloads import Case, Shape, get_workload
-from swarmfab.workloads import _delta_reference
+from swarmfab.workloads import Case, Shape, _delta_reference, get_workload
 
 pytestmark = pytest.mark.skipif(not _delta_reference.compiled_reference_available(),
                                 reason="no working C compiler: the PyTorch form is used")
