@@ -180,3 +180,12 @@ def test_database_url_accepts_paths_and_urls(tmp_path: Path) -> None:
     nested = tmp_path / "a" / "b" / "s.db"
     assert database_url(nested) == f"sqlite:///{nested}"
     assert nested.parent.is_dir()  # created so SQLite can open the file
+
+
+def test_a_measurement_is_kept_replaced_and_missed_by_any_other_key(store: Store) -> None:
+    key = "baselines v1 | kda | B1 T256 H4 K64 V64 | host A | 2 threads | torch 2.13.0"
+    assert store.measurement(key) is None
+    store.save_measurement(key, {"torch-recurrent": 0.02, "torch-chunked": 0.01})
+    store.save_measurement(key, {"torch-recurrent": 0.03, "torch-chunked": 0.01})
+    assert store.measurement(key) == {"torch-recurrent": 0.03, "torch-chunked": 0.01}
+    assert store.measurement(key.replace("host A", "host B")) is None

@@ -20,12 +20,13 @@ __all__ = [
     "EventRow",
     "HostPeaksRow",
     "LessonRow",
+    "MeasurementRow",
     "MetaRow",
     "RunRow",
     "VerdictRow",
 ]
 
-SCHEMA_VERSION = 2  # kept in swarmfab_meta by the migrations
+SCHEMA_VERSION = 3  # kept in swarmfab_meta by the migrations
 
 
 def _now() -> datetime:
@@ -88,6 +89,15 @@ class HostPeaksRow(Base):
     fingerprint: Mapped[str] = mapped_column(String(512), primary_key=True)
     flops_per_s: Mapped[float] = mapped_column(Float)
     bytes_per_s: Mapped[float] = mapped_column(Float)
+    measured_at: Mapped[datetime] = mapped_column(default=_now)
+
+
+class MeasurementRow(Base):
+    """A setup figure a later run may reuse; ``key`` names everything it depends on."""
+
+    __tablename__ = "measurements"
+    key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    value: Mapped[dict] = mapped_column(JSON)
     measured_at: Mapped[datetime] = mapped_column(default=_now)
 
 

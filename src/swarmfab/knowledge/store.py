@@ -37,6 +37,7 @@ from swarmfab.knowledge._schema import (
     EventRow,
     HostPeaksRow,
     LessonRow,
+    MeasurementRow,
     MetaRow,
     RunRow,
     VerdictRow,
@@ -389,6 +390,25 @@ class Store:
                 "flops_per_s": insert.excluded.flops_per_s,
                 "bytes_per_s": insert.excluded.bytes_per_s,
                 "measured_at": insert.excluded.measured_at}))
+
+        self._write(work)
+
+    # -- reusable setup measurements -----------------------------------------------
+    def measurement(self, key: str) -> dict[str, Any] | None:
+        """A stored setup measurement (e.g. baseline timings), or None."""
+        with self.session() as s:
+            row = s.get(MeasurementRow, key)
+            return None if row is None else dict(row.value)
+
+    def save_measurement(self, key: str, value: dict[str, Any]) -> None:
+        """Insert or replace a measurement (an upsert: runs may save at once)."""
+
+        def work(s: Session) -> None:
+            dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+            insert = dialect.insert(MeasurementRow.__table__).values(
+                key=key, value=value, measured_at=datetime.now(UTC))
+            s.execute(insert.on_conflict_do_update(index_elements=["key"], set_={
+                "value": insert.excluded.value, "measured_at": insert.excluded.measured_at}))
 
         self._write(work)
 
