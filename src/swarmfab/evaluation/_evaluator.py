@@ -11,7 +11,7 @@ import dataclasses
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -301,20 +301,29 @@ class Evaluator:
                        tuple(timings), time.monotonic() - started)
 
     def side_by_side(
-        self, implementations: list[Implementation], policy: TimingPolicy = CONFIRMATION
+        self, implementations: list[Implementation], policy: TimingPolicy = CONFIRMATION,
+        *, shapes: Collection[str] | None = None,
+        policies: Mapping[str, TimingPolicy] | None = None,
+        progress: Callable[[int, int, str], None] | None = None,
     ) -> list[SideBySide]:
         """Time several implementations together on every target shape (first = reference).
 
+        ``shapes`` limits it to those target labels; ``policies`` overrides ``policy`` per
+        label; ``progress(done, total, label)`` is told before each shape starts.
         One job per shape, each allowed at least :data:`SIDE_BY_SIDE_WALL_S`: the policy
         bounds how long timing goes on, and slow baselines on large shapes (a Python loop
         per token) may need more than one evaluation's limit on a busy machine."""
         limits = self._limits_for(implementations)
         limits = dataclasses.replace(limits, wall_s=max(limits.wall_s, SIDE_BY_SIDE_WALL_S))
         runs = []
-        for case in self.targets:
+        cases = [c for c in self.targets if shapes is None or c.shape.label in shapes]
+        for number, case in enumerate(cases):
+            if progress is not None:
+                progress(number, len(cases), case.shape.label)
             plan, stage = _staged([(case, implementations)])
+            shape_policy = (policies or {}).get(case.shape.label, policy)
             outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads,
-                                policy, None, self.device, limits=limits,
+                                shape_policy, None, self.device, limits=limits,
                                 stage={**stage, **self._stage})
             if outcome.status is not JobStatus.OK:
                 raise MeasurementError(f"side-by-side benchmark failed on {case.shape.label}: "

@@ -31,13 +31,14 @@ from swarmfab.evaluation import Cancelled, Evaluator, Implementation, SideBySide
 from swarmfab.goal import Goal
 from swarmfab.kernels import DesignSpace
 from swarmfab.knowledge import Store
-from swarmfab.measure import CONFIRMATION, TimingPolicy
+from swarmfab.measure import CONFIRMATION
 from swarmfab.records import Candidate, Lesson, Status, Verdict
 from swarmfab.swarm.archive import Archive, knob_descriptor
 from swarmfab.swarm.blackboard import Blackboard
+from swarmfab.swarm.budget import Budget
 from swarmfab.swarm.executors import Evaluation, Executor, ExecutorFactory, LocalExecutor
 from swarmfab.swarm.gate import GateDecision, judge
-from swarmfab.swarm.hosts import host_peaks
+from swarmfab.swarm.setup import FINAL_MIN_ROUNDS, Calibration, Setup
 from swarmfab.swarm.status import RunStatus, StatusTracker
 from swarmfab.swarm.supervisor import Intervention, Supervisor
 from swarmfab.verify import draw_cases
@@ -48,13 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Run", "RunResult"]
 
-FINAL_SHARE = 0.2  # of the budget kept for the closing side-by-side measurement
-# baselines only pick the first incumbent; candidates are then timed against it directly
-CALIBRATION = TimingPolicy(min_rounds=3, max_rounds=10, max_seconds=2.0, warmup_calls=1)
 FUZZ_PER_EVALUATION = 3  # fresh random cases added to the corpus cases of every evaluation
-# evaluations in flight at the end of the search may finish in the first half of the
-# closing share of the budget; those still running then are cancelled (no verdict)
-GRACE_SHARE = FINAL_SHARE / 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +89,7 @@ class Run:
         executor: ExecutorFactory | None = None,
         reviewer: Reviewer | None = None,
         lessons: Sequence[Lesson] = (),
+        started: float | None = None,
     ):
         self.goal, self.store, self.evaluator, self.space = goal, store, evaluator, space
         self.agents, self.workdir, self._log = list(agents), workdir, log
@@ -104,14 +100,17 @@ class Run:
         self.executor: Executor | None = None  # during and after the search
         self.reviewer = reviewer  # reads LLM-authored champions' diffs; advisory only
         self.lessons = tuple(lessons)  # from earlier runs, for the agents' contexts
-        self.tracker = StatusTracker(goal.budget_s)
         self.rng = random.Random(goal.seed)
         self.champion: Candidate | None = None
         self.champion_verdict: Verdict | None = None
         self.incumbents: dict[str, Implementation] = {}
         self.baseline_incumbents: dict[str, Implementation] = {}
         self.recent: list[Verdict] = []
-        self._started = time.monotonic()
+        # the budget counts from when the command started (``started``, a monotonic
+        # instant the CLI takes first thing), setup included
+        self.budget = Budget(time.monotonic() if started is None else started, goal.budget_s)
+        self.calibration: Calibration | None = None
+        self.tracker = StatusTracker(goal.budget_s, self.budget.started)
         self.supervisor = Supervisor()
         self.blackboard = Blackboard()
         self.archive = Archive(knob_descriptor(tuple(
@@ -125,7 +124,7 @@ class Run:
         self._benched: dict[str, int] = {}
 
     def log(self, line: str) -> None:
-        self._log(f"{time.monotonic() - self._started:6.1f}s {line}")
+        self._log(f"{self.budget.elapsed():6.1f}s {line}")
 
     def _phase(self, phase: str) -> None:
         self.tracker.phase = phase
@@ -141,32 +140,28 @@ class Run:
         Ctrl-C stops the search gracefully: everything evaluated so far is recorded and the
         run is marked ``interrupted``; ``resume`` continues it without re-evaluating.
         """
-        started = self._started = time.monotonic()
+        setup = Setup(self.goal, self.store, self.evaluator, self.log, self._phase)
+        self._phase("estimating the setup")
+        setup.check(self.budget)  # a budget the setup alone would not fit: refused here
         run_id = self.tracker.run_id = self._open(resume)
         self.blackboard.mark_judged(frozenset(self.store.evaluated_ids(run_id)))
         self.blackboard.subscribe("*", lambda e: self.store.record_event(run_id, e.kind, e.detail))
         status, final, champion_dir = "interrupted", [], None
         baselines: list[str] = []
         try:
-            baselines = self._prepare()
-            deadline = started + self.goal.budget_s * (1 - FINAL_SHARE)
+            baselines = self._prepare(setup)
             self._phase("searching")
             searched, idle = time.monotonic(), self.evaluator.cores.idle_seconds()
-            self._search_with_executor(run_id, deadline,
-                                       started + self.goal.budget_s * (1 - GRACE_SHARE))
+            self._search_with_executor(run_id, self.budget.search_end, self.budget.hard_end)
             self.search_s = time.monotonic() - searched
             self.overhead = _share(self.evaluator.cores.idle_seconds() - idle, self.search_s)
-            self.log(f"platform overhead: {self.overhead:.1%} of the search's wall time "
-                     "(no core building, verifying or timing)")
+            if self.evaluations:
+                self.log(f"platform overhead: {self.overhead:.1%} of the search's wall time "
+                         "(no core building, verifying or timing)")
             if self.champion is not None:
-                self._phase("confirming the champion side by side")
-                self.log("search over: timing the champion and the baselines side by side")
                 champion_dir = self._write_champion(run_id)
-                final = self.evaluator.side_by_side(
-                    [Implementation("champion", artifact=self.evaluator.build(self.champion)),
-                     *[Implementation(name, baseline=name) for name in baselines]],
-                    self._final_policy(started),
-                )
+                final = self._closing_table(baselines)
+                setup.remember(final)
             status = "finished"
         except KeyboardInterrupt:
             self.log(f"interrupted: everything so far is recorded; continue with "
@@ -199,7 +194,7 @@ class Run:
             run_id = self.store.start_run(self.goal.workload, self.goal.model_dump(mode="json"),
                                           self._host())
             self.log(f"run {run_id}: {self.goal.workload}, {len(self.evaluator.targets)} target "
-                     f"shape(s), budget {self.goal.budget_s:.0f} s, {len(self.agents)} agent(s)")
+                     f"shape(s), {self.budget.describe()}, {len(self.agents)} agent(s)")
             return run_id
         record = self.store.run(resume)
         self.store.reopen_run(record.id)
@@ -210,47 +205,24 @@ class Run:
         done = len(self.store.evaluated_ids(record.id))
         self.rng = random.Random(f"{self.goal.seed}/{done}")  # fresh draws, not a replay
         self.log(f"resuming run {record.id}: {done} candidates already judged, champion "
-                 f"{self.champion.id if self.champion else 'none'}; budget "
-                 f"{self.goal.budget_s:.0f} s")
+                 f"{self.champion.id if self.champion else 'none'}; "
+                 f"{self.budget.describe()}")
         return record.id
 
-    def _prepare(self) -> list[str]:
-        """References, host peaks and the baselines' timing: before any candidate runs."""
-        self._phase("computing references and host peaks")
-        self.evaluator.prepare()
-        self.evaluator.peaks = host_peaks(self.store, self.goal.threads, self.evaluator.limits,
-                                          refresh=True, device=self.goal.device)
-        peaks = self.evaluator.peaks
-        self.log(f"host peaks: {peaks.flops_per_s / 1e9:.0f} GFLOP/s float32 multiply-add peak, "
-                 f"{peaks.bytes_per_s / 1e9:.1f} GB/s copy ({self.goal.threads} threads)")
-        self._phase("timing the baselines")
-        baselines = self._calibrate()
+    def _prepare(self, setup: Setup) -> list[str]:
+        """References, host peaks and the baselines (see :mod:`swarmfab.swarm.setup`);
+        the fastest baseline on each shape is the first incumbent."""
+        calibration = self.calibration = setup.run()
+        for label, name in calibration.fastest.items():
+            self.incumbents[label] = Implementation(name, baseline=name)
+        self.baseline_incumbents = dict(self.incumbents)
         if self.champion is not None:  # a resumed run's champion is the incumbent again
             self._make_incumbent(self.champion)
-        return baselines
-
-    def _calibrate(self) -> list[str]:
-        """Time the baselines once; the fastest on each shape is the first incumbent.
-
-        Baselines that compile (torch.compile) are timed and shown, but never become the
-        incumbent: candidates are then never timed in a job that may start processes."""
-        workload = self.evaluator.workload
-        compiling = workload.compiling_baselines
-        defaults = workload.default_baselines(self.goal.device)
-        names = list(self.goal.baselines or defaults)
-        if all(name in compiling for name in names):  # someone must be able to be incumbent
-            names += [n for n in defaults if n not in compiling]
-        eligible = [name for name in names if name not in compiling]
-        tables = self.evaluator.side_by_side(
-            [Implementation(n, baseline=n) for n in names], CALIBRATION
-        )
-        for table in tables:
-            fastest = min(eligible, key=lambda n: table.seconds[n].median)
-            self.incumbents[table.shape] = Implementation(fastest, baseline=fastest)
-            times = ", ".join(f"{n} {table.seconds[n].median * 1e3:.1f} ms" for n in names)
-            self.log(f"baselines on {table.shape}: {times}")
-        self.baseline_incumbents = dict(self.incumbents)
-        return names
+        left = self.budget.search_end - time.monotonic()
+        if left <= 0:
+            self.log(f"the setup took {self.budget.elapsed():.0f} s, past the search's share "
+                     "of the budget: nothing will be evaluated; give a larger budget")
+        return list(calibration.names)
 
     def _search_with_executor(self, run_id: str, deadline: float, hard_deadline: float) -> None:
         executor = self.executor = self.executor_factory(self.evaluator, self.goal.workers)
@@ -491,11 +463,47 @@ class Run:
         for shape in self.incumbents:
             self.incumbents[shape] = Implementation("champion", artifact=artifact, source=candidate)
 
-    def _final_policy(self, started: float) -> TimingPolicy:
-        """The confirmation policy, capped so the whole run stays near its budget."""
-        left = self.goal.budget_s - (time.monotonic() - started)
-        per_shape = max(1.0, 0.7 * left / len(self.evaluator.targets))
-        return replace(CONFIRMATION, max_seconds=min(CONFIRMATION.max_seconds, per_shape))
+    def _closing_table(self, baselines: list[str]) -> list[SideBySide]:
+        """The champion and the baselines side by side on every shape, sized so the
+        table ends with the budget: what is left is shared by the shapes in proportion to
+        the cost of one round there (each implementation after an untimed call). Where
+        even the fewest rounds of every baseline would not fit, only the baselines that
+        are the fastest somewhere are timed (the others stay in the log's estimates)."""
+        assert self.calibration is not None
+        self._phase("confirming the champion side by side")
+        seconds = self.calibration.seconds
+        champion = {t.shape: t.candidate_s.median for t in (
+            self.champion_verdict.timings if self.champion_verdict else ())}
+        left = max(0.0, 0.8 * self.budget.left())
+
+        def round_costs(names: list[str]) -> dict[str, float]:
+            return {label: 2 * (sum(_finite(seconds[label][n]) for n in names)
+                                + champion.get(label, 0.0)) for label in seconds}
+
+        costs = round_costs(baselines)
+        if FINAL_MIN_ROUNDS * sum(costs.values()) > left:
+            fastest = set(self.calibration.fastest.values())
+            dropped = [name for name in baselines if name not in fastest]
+            baselines = [name for name in baselines if name in fastest]
+            costs = round_costs(baselines)
+            if dropped:
+                self.log(f"{', '.join(dropped)} left out of the closing table: "
+                         f"{left:.0f} s of the budget remain")
+        self.log(f"search over: timing the champion and {', '.join(baselines)} side by side")
+        total = sum(costs.values()) or 1.0
+        policies = {}
+        for label, cost in costs.items():
+            share = left * cost / total
+            fits = int(share // cost) if cost > 0 else CONFIRMATION.min_rounds
+            policies[label] = replace(
+                CONFIRMATION, min_rounds=max(FINAL_MIN_ROUNDS, min(CONFIRMATION.min_rounds, fits)),
+                max_seconds=max(0.5, min(CONFIRMATION.max_seconds, share)),
+                warmup_calls=0 if fits < CONFIRMATION.min_rounds else CONFIRMATION.warmup_calls)
+        assert self.champion is not None
+        return self.evaluator.side_by_side(
+            [Implementation("champion", artifact=self.evaluator.build(self.champion)),
+             *[Implementation(name, baseline=name) for name in baselines]],
+            CONFIRMATION, policies=policies)
 
     def _out_of_evaluations(self, evaluations: int) -> bool:
         limit = self.goal.max_evaluations
@@ -537,6 +545,11 @@ def _summary(champion: Candidate | None, final: list[SideBySide], where: Path | 
 def _as_tuple(estimate: Any) -> tuple[float, float, float]:
     values = (estimate.median, estimate.low, estimate.high)
     return tuple(v if math.isfinite(v) else float("nan") for v in values)  # type: ignore[return-value]
+
+
+def _finite(seconds: float) -> float:
+    """A baseline's time per call; a compiling one's is unknown until timed (0 here)."""
+    return seconds if math.isfinite(seconds) else 0.0
 
 
 def _share(part_s: float, whole_s: float) -> float | None:

@@ -35,9 +35,9 @@ class RunStatus:
 class StatusTracker:
     """Accumulates what a run has done; :meth:`snapshot` gives a display a copy."""
 
-    def __init__(self, budget_s: float):
+    def __init__(self, budget_s: float, started: float | None = None):
         self.budget_s = budget_s
-        self.started = time.monotonic()
+        self.started = time.monotonic() if started is None else started
         self.run_id, self.phase = "", "starting"
         self.evaluations = 0
         self.counts: Counter[str] = Counter()

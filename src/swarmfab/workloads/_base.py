@@ -230,6 +230,12 @@ class Workload(ABC):
         """Random small cases for fuzzing; none by default."""
         return []
 
+    def probe_shape(self, shape: AnyShape) -> tuple[AnyShape, float] | None:
+        """A cheaper shape whose reference and baseline times, multiplied by the factor,
+        estimate those of ``shape``: a run times it to tell, before its setup, whether the
+        setup fits the budget. None: no such shape (no estimate is made)."""
+        return None
+
     def design_space(self) -> DesignSpace | None:
         """The space built-in agents search for ``swarmfab run``; None: nothing to search."""
         return None

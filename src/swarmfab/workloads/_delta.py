@@ -15,6 +15,7 @@ row-major contiguous float32; h0 and ht may be NULL; 0 on success, non-zero to r
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import math
 import random
@@ -41,6 +42,7 @@ from swarmfab.workloads._delta_fuzz import draw_delta_cases
 
 __all__ = ["GatedDeltaRule"]
 
+_PROBE_TOKENS = 64  # tokens of the shape a setup estimate times
 _C_ARGTYPES = [ctypes.c_void_p] * 8 + [ctypes.c_float] + [ctypes.c_int64] * 6
 
 
@@ -204,6 +206,11 @@ class GatedDeltaRule(Workload):
 
     def fuzz_cases(self, rng: random.Random, count: int) -> list[Case]:
         return draw_delta_cases(rng, count)
+
+    def probe_shape(self, shape: Shape) -> tuple[Shape, float]:  # type: ignore[override]
+        """Every form here costs the same per token: a few tokens stand for the whole."""
+        tokens = min(shape.T, _PROBE_TOKENS)
+        return dataclasses.replace(shape, T=tokens), shape.T / tokens
 
     def design_space(self) -> DesignSpace:
         from swarmfab.kernels.delta import delta_space

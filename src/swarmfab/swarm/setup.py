@@ -1,0 +1,260 @@
+"""A run's setup: references, host peaks and baseline timings, before any candidate runs.
+
+Before spending anything the setup estimates its own cost: the workload names a cheap
+probe shape for each target (for the delta rule, the first 64 tokens), and the reference
+and every baseline are timed on it in this process and scaled up. A budget whose setup
+and minimal closing table would take more than :data:`SETUP_SHARE` of it is refused at
+once, with the estimate and what to lower.
+
+The baselines only pick the first incumbent on each shape (the fastest); the closing
+table times them side by side with the champion. So the probe's scaled times choose the
+incumbent where no earlier run on this host measured the shape; the closing table's
+medians are stored (per workload, shape, baselines, device, host fingerprint and torch
+version) and preferred by later runs. A workload without a probe shape has its
+baselines timed in sandboxed jobs, stored the same way. Host peaks are stored per host
+fingerprint. References are computed every run (the target inputs come from the run's
+secret seeds), by the workload's compiled reference. Each step that takes more than a
+moment says so when it starts (``computing references 3/5 ...``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from swarmfab.errors import GoalError
+from swarmfab.evaluation import Evaluator, Implementation, SideBySide
+from swarmfab.goal import Goal
+from swarmfab.knowledge import Store
+from swarmfab.measure import TimingPolicy
+from swarmfab.measure.roofline import host_fingerprint
+from swarmfab.swarm.budget import SETUP_SHARE, Budget
+from swarmfab.swarm.hosts import host_peaks
+from swarmfab.verify import probes
+from swarmfab.workloads import Case
+
+__all__ = ["CALIBRATION", "FINAL_MIN_ROUNDS", "Calibration", "Setup", "SetupEstimate"]
+
+# baselines only pick the first incumbent: one round (an untimed and a timed call) is
+# enough where a call is long; short calls get a few rounds within a second
+CALIBRATION = TimingPolicy(min_rounds=1, max_rounds=5, max_seconds=1.0, warmup_calls=0)
+FINAL_MIN_ROUNDS = 2  # the closing table's samples per implementation, at the least
+PEAKS_ESTIMATE_S = 4.0  # measuring the host's peaks (FMA loop, GEMM, copy)
+JOB_ESTIMATE_S = 1.0  # starting one sandboxed job and staging its inputs
+COMPILE_ESTIMATE_S = 20.0  # a compiling baseline (torch.compile), per shape
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """The baselines as timed (or recalled) on each target shape."""
+
+    names: tuple[str, ...]
+    fastest: dict[str, str]  # shape label -> the fastest baseline that may be incumbent
+    seconds: dict[str, dict[str, float]]  # shape label -> baseline -> median seconds
+
+
+@dataclass(frozen=True, slots=True)
+class SetupEstimate:
+    """Seconds the setup and the closing table are expected to take, per target shape,
+    and each baseline's estimated time per call there."""
+
+    references_s: dict[str, float]
+    closing_s: dict[str, float]  # the closing table's fewest rounds, fastest baseline only
+    peaks_s: float
+    calls: dict[str, dict[str, float]]  # shape -> baseline -> seconds per call (scaled)
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.references_s.values()) + sum(self.closing_s.values()) + self.peaks_s
+
+    def costliest(self) -> str:
+        return max(self.references_s,
+                   key=lambda label: self.references_s[label] + self.closing_s[label])
+
+    def describe(self) -> str:
+        return (f"references {sum(self.references_s.values()):.0f} s, host peaks "
+                f"{self.peaks_s:.0f} s, the closing table at least "
+                f"{sum(self.closing_s.values()):.0f} s")
+
+
+class Setup:
+    """Everything a run measures before its search, reused where the store allows."""
+
+    def __init__(self, goal: Goal, store: Store, evaluator: Evaluator,
+                 log: Callable[[str], None], phase: Callable[[str], None]):
+        self.goal, self.store, self.evaluator = goal, store, evaluator
+        self._log, self._phase = log, phase
+        workload = evaluator.workload
+        names = list(goal.baselines or workload.default_baselines(goal.device))
+        compiling = workload.compiling_baselines
+        if all(name in compiling for name in names):  # someone must be able to be incumbent
+            names += [n for n in workload.default_baselines(goal.device) if n not in compiling]
+        self.names = tuple(names)
+        self.cached = {case.shape.label: self._recall(case.shape.label)
+                       for case in evaluator.targets}
+        self.estimate: SetupEstimate | None = None
+
+    # -- the estimate ----------------------------------------------------------------
+    def check(self, budget: Budget) -> SetupEstimate | None:
+        """Refuse at once a budget the setup alone would not fit (GoalError)."""
+        self._log("estimating the setup's cost on probe shapes")
+        estimate = self.estimate = self._estimate()
+        if estimate is None:
+            return None
+        self._log(f"setup estimate: about {estimate.total_s:.0f} s ({estimate.describe()})")
+        if estimate.total_s > SETUP_SHARE * budget.seconds:
+            costliest = estimate.costliest()
+            needed = 10 * math.ceil(estimate.total_s / SETUP_SHARE / 10)
+            raise GoalError(
+                f"the setup and the closing table alone would take about "
+                f"{estimate.total_s:.0f} s of the {budget.seconds:.0f} s budget "
+                f"({estimate.describe()}); at most {SETUP_SHARE:.0%} of a budget may go to "
+                f"them. The costliest shape is {costliest}. Give --budget {needed}s or more, "
+                "or fewer or smaller shapes.")
+        return estimate
+
+    def _estimate(self) -> SetupEstimate | None:
+        """Time each target's probe shape (None where the workload names none)."""
+        workload = self.evaluator.workload
+        references: dict[str, float] = {}
+        closing: dict[str, float] = {}
+        calls: dict[str, dict[str, float]] = {}
+        forwards = workload.baselines()
+        compiling = workload.compiling_baselines
+        with _torch_threads(self.goal.threads):
+            for case in self.evaluator.targets:
+                probe = workload.probe_shape(case.shape)
+                if probe is None:
+                    return None
+                shape, factor = probe
+                begin = time.perf_counter()
+                inputs = workload.make_inputs(Case("setup probe", shape, seed=case.seed))
+                inputs_s = factor * (time.perf_counter() - begin)
+                with torch.no_grad():
+                    workload.reference(inputs)
+                label = case.shape.label
+                references[label] = 2 * factor * (time.perf_counter() - begin)  # and twin
+                known = self.cached[label] or {}
+                calls[label] = {}
+                for name in self.names:
+                    if name in known or name in compiling:
+                        calls[label][name] = known.get(name, math.inf)
+                        continue
+                    workload.call(forwards[name], inputs)  # untimed, as in the protocol
+                    begin = time.perf_counter()
+                    workload.call(forwards[name], inputs)
+                    calls[label][name] = factor * (time.perf_counter() - begin)
+                fastest = min(calls[label][n] for n in self.names if n not in compiling)
+                closing[label] = JOB_ESTIMATE_S + 2 * inputs_s + 2 * FINAL_MIN_ROUNDS * fastest
+        stored = self.goal.device == "cpu" and self.store.host_peaks(
+            host_fingerprint(self.goal.threads)) is not None
+        return SetupEstimate(references, closing, 0.0 if stored else PEAKS_ESTIMATE_S, calls)
+
+    # -- the setup itself ------------------------------------------------------------
+    def run(self) -> Calibration:
+        """References, host peaks, then the baselines: the first incumbent on each shape."""
+        self._references()
+        self._peaks()
+        return self._calibrate()
+
+    def _references(self) -> None:
+        self._phase("computing references")
+        targets = self.evaluator.targets
+        for number, case in enumerate(targets, 1):
+            self._log(f"computing references {number}/{len(targets)}: {case.shape.label}")
+            self.evaluator.reference(case)
+            self.evaluator.reference(probes.twin_case(case))
+
+    def _peaks(self) -> None:
+        self._phase("measuring host peaks")
+        stored = self.goal.device == "cpu" and self.store.host_peaks(
+            host_fingerprint(self.goal.threads)) is not None
+        if not stored:
+            self._log("measuring this host's peaks (stored for later runs)")
+        peaks = self.evaluator.peaks = host_peaks(self.store, self.goal.threads,
+                                                  self.evaluator.limits, device=self.goal.device)
+        self._log(f"host peaks: {peaks.flops_per_s / 1e9:.0f} GFLOP/s float32 multiply-add "
+                  f"peak, {peaks.bytes_per_s / 1e9:.1f} GB/s copy ({self.goal.threads} threads"
+                  f"{', stored' if stored else ''})")
+
+    def _calibrate(self) -> Calibration:
+        """The baselines' time per call on each shape: stored by an earlier run on this
+        host, else the probe's estimate, else timed in sandboxed jobs. The fastest is the
+        first incumbent; baselines that compile (torch.compile) are shown but never
+        become the incumbent, so candidates are never timed in a job that may start
+        processes."""
+        self._phase("timing the baselines")
+        seconds = {label: known for label, known in self.cached.items() if known is not None}
+        source = dict.fromkeys(seconds, "stored")
+        if self.estimate is not None:
+            for label in self.cached:
+                if label not in seconds:
+                    seconds[label], source[label] = self.estimate.calls[label], "estimated"
+        missing = [label for label in self.cached if label not in seconds]
+        if missing:
+            def progress(done: int, total: int, label: str) -> None:
+                self._log(f"timing baselines {done + 1}/{total}: {label}")
+
+            tables = self.evaluator.side_by_side(
+                [Implementation(n, baseline=n) for n in self.names], CALIBRATION,
+                shapes=missing, progress=progress)
+            self.remember(tables)
+            for table in tables:
+                seconds[table.shape] = {n: table.seconds[n].median for n in self.names}
+                source[table.shape] = "timed"
+        compiling = self.evaluator.workload.compiling_baselines
+        eligible = [name for name in self.names if name not in compiling]
+        fastest = {}
+        for case in self.evaluator.targets:
+            label = case.shape.label
+            fastest[label] = min(eligible, key=lambda n: seconds[label][n])
+            times = ", ".join(f"{n} {seconds[label][n] * 1e3:.1f} ms" for n in self.names
+                              if math.isfinite(seconds[label][n]))
+            self._log(f"baselines on {label} ({source[label]}): {times}")
+        return Calibration(self.names, fastest, seconds)
+
+    def remember(self, tables: Sequence[SideBySide]) -> None:
+        """Store baselines' medians measured side by side (calibration or the closing
+        table), for later runs on this host."""
+        if self.goal.device != "cpu":  # device baselines autotune: always timed afresh
+            return
+        for table in tables:
+            if all(name in table.seconds for name in self.names):
+                self.store.save_measurement(self._key(table.shape), {
+                    name: table.seconds[name].median for name in self.names})
+
+    # -- reuse -----------------------------------------------------------------------
+    def _key(self, label: str) -> str:
+        workload = self.evaluator.workload
+        source = ""
+        if workload.source_file is not None:  # a user's workload: its text is part of it
+            digest = hashlib.sha256(Path(workload.source_file).read_bytes()).hexdigest()
+            source = f" {digest[:16]}"
+        return (f"baselines v1 | {workload.name}{source} | {label} | {','.join(self.names)} | "
+                f"{self.goal.device} | {host_fingerprint(self.goal.threads)} | "
+                f"torch {torch.__version__}")
+
+    def _recall(self, label: str) -> dict[str, float] | None:
+        if self.goal.device != "cpu":  # device baselines autotune: always timed afresh
+            return None
+        known = self.store.measurement(self._key(label))
+        if known is None or any(name not in known for name in self.names):
+            return None
+        return {name: float(known[name]) for name in self.names}
+
+
+@contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
