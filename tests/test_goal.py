@@ -166,3 +166,28 @@ def test_a_cuda_goal_is_valid_and_keeps_the_gpu_baselines_apart(tmp_path: Path) 
     assert not set(kda.default_baselines("cpu")) & kda.cuda_baselines
     if not kda.fla_baselines():
         assert kda.default_baselines("cuda") == kda.default_baselines("cpu")
+
+
+@pytest.mark.parametrize(
+    ("text", "must_mention"),
+    [
+        ('workload = "kda"\nbudgt = "60s"\n',
+         ["budgt: unknown key", "did you mean 'budget'?", "Allowed keys of a goal:",
+          "eval_timeout", "tolerance"]),
+        (_with_shapes("{B=1, T=8, H=1, K=8, V=8, Hv=2}"),
+         ["shapes.0.Hv: unknown key", "did you mean 'HV'?",
+          "Allowed keys of a shape: B, T, H, K, V, HV, initial_state"]),
+        ('workload = "kda"\n[tolerance]\nrms = 1e-3\n',
+         ["tolerance.rms: unknown key", "Allowed keys of [tolerance]: rms_ratio, max_abs"]),
+        ('workload = "kda"\n[llm]\ntimeuot = "30s"\n',
+         ["llm.timeuot: unknown key", "did you mean 'timeout'?", "api_key_env"]),
+    ],
+    ids=["top-level", "in-a-shape", "in-tolerance", "in-llm"],
+)
+def test_a_misspelt_key_lists_the_allowed_keys(
+    tmp_path: Path, text: str, must_mention: list[str]
+) -> None:
+    with pytest.raises(GoalError) as info:
+        load_goal(_goal_file(tmp_path, text))
+    for fragment in must_mention:
+        assert fragment in str(info.value), str(info.value)

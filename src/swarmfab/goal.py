@@ -7,6 +7,7 @@ was given and what is allowed, so the CLI can print it without a traceback.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -228,8 +229,39 @@ def _describe(exc: ValidationError, source: str) -> str:
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
         given = error.get("input")
         shown = "" if isinstance(given, dict) else f" (got {given!r})"
-        lines.append(f"  {where}: {error['msg']}{shown}")
+        if error["type"] == "extra_forbidden":
+            lines.append(f"  {where}: unknown key{shown}{_allowed_keys(error['loc'])}")
+        else:
+            lines.append(f"  {where}: {error['msg']}{shown}")
     return "\n".join(lines)
+
+
+def _allowed_keys(loc: tuple[int | str, ...]) -> str:
+    """For an unknown key: the closest allowed one and every key allowed where it stands."""
+    model: type[BaseModel] | None = Goal
+    for part in loc[:-1]:  # down the nested tables to the one holding the key
+        if model is None:
+            break
+        if isinstance(part, str):
+            field = next((f for name, f in model.model_fields.items()
+                          if part in (name, f.alias)), None)
+            model = _model_in(field.annotation) if field is not None else None
+    if model is None:
+        return ""
+    allowed = [field.alias or name for name, field in model.model_fields.items()]
+    table = {Goal: "a goal", ShapeSpec: "a shape"}.get(
+        model, f"[{'.'.join(str(p) for p in loc[:-1] if isinstance(p, str))}]")
+    by_lower = {key.lower(): key for key in allowed}  # HV for Hv
+    close = difflib.get_close_matches(str(loc[-1]).lower(), list(by_lower), n=1)
+    hint = f"; did you mean {by_lower[close[0]]!r}?" if close else "."
+    return f"{hint} Allowed keys of {table}: {', '.join(allowed)}"
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside a field's type (``list[ShapeSpec] | None`` -> ShapeSpec)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for m in map(_model_in, get_args(annotation)) if m is not None), None)
 
 
 def load_goal(path: Path) -> Goal:
