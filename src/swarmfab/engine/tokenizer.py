@@ -32,7 +32,10 @@ class Tokenizer:
         if not path.exists():
             raise EngineError(f"{model_dir} has no tokenizer.json (a Hugging Face fast "
                               "tokenizer file); the engine needs one to serve text")
-        self._tokenizer = _HfTokenizer.from_file(str(path))
+        try:
+            self._tokenizer = _HfTokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
+            raise EngineError(f"{path} cannot be loaded as a tokenizer: {exc}") from exc
         settings = _read_json(model_dir / "tokenizer_config.json")
         template = settings.get("chat_template") or DEFAULT_CHAT_TEMPLATE
         self._template = jinja2.Environment(autoescape=False).from_string(template)
