@@ -227,8 +227,9 @@ def test_verify_reports_build_failures_with_diagnostics(
 
     text = invoke("verify", "kda", broken, "--workdir", tmp_path / "wd")
     assert text.exit_code == 1
-    assert "build_failed" in text.output
-    assert "broken.c:" in text.output
+    assert "verdict: build_failed — compilation failed:" in text.output
+    assert text.output.count("broken.c:3:") == 1, text.output  # the diagnostic, once
+    assert "┃ case" not in text.output  # no empty table of checks that never ran
 
 
 def test_verify_accepts_a_python_candidate(
@@ -249,13 +250,13 @@ def test_verify_rejects_a_python_candidate_that_raises(
     assert "not implemented yet" in verdict["reason"]
 
 
-def test_verify_unknown_file_kind_and_missing_file_exit_1(tmp_path: Path) -> None:
+def test_verify_unknown_file_kind_and_missing_file_are_usage_errors(tmp_path: Path) -> None:
     fortran = tmp_path / "kernel.f90"
     fortran.write_text("end\n")
     for path, message in ((fortran, "unknown candidate format"),
-                          (tmp_path / "gone.c", "cannot read")):
+                          (tmp_path / "gone.c", "does not exist")):
         result = invoke("verify", "kda", path, "--workdir", tmp_path / "wd")
-        assert result.exit_code == 1
+        assert result.exit_code == 2
         assert message in result.output
         assert "Traceback" not in result.output
 

@@ -1,20 +1,37 @@
-"""What every ``swarmfab`` command shares: consoles, options, errors, shape syntax."""
+"""What every ``swarmfab`` command shares: consoles, options, errors, shape syntax.
+
+Only typer and rich are imported here at module level: ``swarmfab --help`` must answer
+without loading torch, pydantic or the store, so everything heavier is imported inside
+the function that needs it.
+"""
 
 from __future__ import annotations
 
-import functools
-import sys
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+import time
 
-import typer
-from rich.console import Console
+STARTED = time.monotonic()  # first thing at import: when a `swarmfab` process began its command
 
-from swarmfab.errors import GoalError, SwarmfabError
-from swarmfab.workloads import Shape
+import functools  # noqa: E402 - after STARTED, so it counts the imports below
+import sys  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar  # noqa: E402
 
-__all__ = ["DbOption", "JsonOption", "console", "errors", "friendly", "parse_shape"]
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
 
+from swarmfab.errors import GoalError, SwarmfabError  # noqa: E402
+
+if TYPE_CHECKING:
+    from swarmfab.knowledge import Store
+    from swarmfab.workloads import Shape
+
+__all__ = ["DEFAULT_DB", "STARTED", "DbOption", "JsonOption", "command_started", "console",
+           "errors", "evaluator_for", "friendly", "parse_shape", "require_device"]
+
+# the store's default path (swarmfab.knowledge.DEFAULT_DB, which imports SQLAlchemy)
+DEFAULT_DB = str(Path(".swarmfab") / "swarmfab.db")
 _WIDTH = None if sys.stdout.isatty() else 140  # pipes and CI get full-width tables
 console = Console(soft_wrap=True, width=_WIDTH)
 errors = Console(stderr=True, soft_wrap=True, width=_WIDTH)
@@ -23,19 +40,33 @@ F = TypeVar("F", bound=Callable[..., Any])
 DbOption = Annotated[str, typer.Option("--db", help="SQLite path or SQLAlchemy URL of the store.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
+# A command that starts within this long of the import is the process's own command: its
+# start-up (interpreter, imports) counts. One started later in a process that imported
+# the CLI long before (CliRunner in tests, a notebook) counts from its own start.
+_STARTUP_S = 2.0
+_command_began = STARTED
+
+
+def command_started() -> float:
+    """The ``time.monotonic()`` at which the running command began (budgets count from it)."""
+    return _command_began
+
 
 def friendly(command: F) -> F:
     """Turn swarmfab's own errors into one clear line (exit 2 for usage, 1 otherwise)."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        global _command_began
+        now = time.monotonic()
+        _command_began = STARTED if now - STARTED < _STARTUP_S else now
         try:
             return command(*args, **kwargs)
         except GoalError as exc:
-            errors.print(f"[red]error:[/] {exc}", highlight=False)
+            errors.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
             raise typer.Exit(2) from None
-        except SwarmfabError as exc:
-            errors.print(f"[red]error:[/] {exc}", highlight=False)
+        except SwarmfabError as exc:  # messages quote [tables] and extras: never markup
+            errors.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
@@ -53,3 +84,32 @@ def parse_shape(text: str) -> Shape:
     except (ValueError, TypeError) as exc:
         raise GoalError(f"--shape {text!r}: expected B,T,H,K,V[,HV][+h0] as positive integers "
                         "(+h0: start from an initial state)") from exc
+
+
+def require_device(device: str) -> None:
+    """A goal for a CUDA device stops here, with the reason, on a host without one."""
+    from swarmfab.backends import cuda_device_available
+
+    if device == "cuda" and not cuda_device_available():
+        raise GoalError("the goal asks for device = \"cuda\" but this host has no CUDA "
+                        "device (torch.cuda.is_available() is False); run it on a GPU host "
+                        "or set device = \"cpu\"")
+
+
+def evaluator_for(goal: Any, workdir: Path, store: Store, shapes: list[Any] | None = None) -> Any:
+    """An evaluator for ``goal`` whose corpus is the built-in cases plus the stored ones."""
+    import torch
+
+    from swarmfab.evaluation import Evaluator
+    from swarmfab.sandbox import Limits
+    from swarmfab.workloads import Tolerances, get_workload
+
+    workload = get_workload(goal.workload)
+    corpus = [*workload.validation_cases(), *store.cases(goal.workload)]
+    defaults = workload.tolerances(torch.float32)
+    tolerances = Tolerances(goal.tolerance.rms_ratio or defaults.rms_ratio,
+                            goal.tolerance.max_abs or defaults.max_abs_ratio)
+    return Evaluator(workload, shapes or goal.target_shapes(), workdir / "cache",
+                     threads=goal.threads, tolerances=tolerances,
+                     limits=Limits(wall_s=goal.eval_timeout_s), seed=goal.seed, cases=corpus,
+                     device=goal.device)

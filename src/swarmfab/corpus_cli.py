@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.table import Table
 
-from swarmfab._cli_common import DbOption, JsonOption, console, friendly, parse_shape
+from swarmfab._cli_common import DEFAULT_DB, DbOption, JsonOption, console, friendly, parse_shape
 from swarmfab.errors import GoalError, StoreError
-from swarmfab.knowledge import DEFAULT_DB, Store
-from swarmfab.workloads import Case, Distribution, get_workload
+
+if TYPE_CHECKING:
+    from swarmfab.workloads import Case
 
 corpus_app = typer.Typer(help="Inspect and extend the validation corpus.", no_args_is_help=True)
 
 
 def _all_cases(workload: str, db: str) -> list[Case]:
+    from swarmfab.knowledge import Store
+    from swarmfab.workloads import get_workload
+
     return [*get_workload(workload).validation_cases(), *Store(db).cases(workload)]
 
 
@@ -25,7 +29,7 @@ def _all_cases(workload: str, db: str) -> list[Case]:
 @friendly
 def list_cases(
     workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
-    db: DbOption = str(DEFAULT_DB),
+    db: DbOption = DEFAULT_DB,
     as_json: JsonOption = False,
 ) -> None:
     """Every case of the corpus: built-in ones, then stored ones (added or found)."""
@@ -48,7 +52,7 @@ def list_cases(
 def show_case(
     workload: Annotated[str, typer.Argument(help="Workload name.")],
     name: Annotated[str, typer.Argument(help="Case name (see `corpus list`).")],
-    db: DbOption = str(DEFAULT_DB),
+    db: DbOption = DEFAULT_DB,
 ) -> None:
     """One case as JSON (shape, distribution, seed, origin)."""
     case = next((c for c in _all_cases(workload, db) if c.name == name), None)
@@ -69,9 +73,12 @@ def add_case(
     beta: Annotated[str, typer.Option(help="sigmoid, near0 or near1.")] = "sigmoid",
     magnitude: Annotated[float, typer.Option(help="Scale of v and the state.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed of the values.")] = 0,
-    db: DbOption = str(DEFAULT_DB),
+    db: DbOption = DEFAULT_DB,
 ) -> None:
     """Add a case; every later verification and run of the workload replays it."""
+    from swarmfab.knowledge import Store
+    from swarmfab.workloads import Case, Distribution, get_workload
+
     get_workload(workload)
     parsed = parse_shape(shape)
     parsed = dataclasses.replace(parsed, initial_state=initial_state or parsed.initial_state)

@@ -4,16 +4,16 @@ then the champion settings a new run of the same family would start from."""
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from swarmfab._cli_common import DbOption, JsonOption, console, friendly
-from swarmfab.knowledge import DEFAULT_DB, Store
-from swarmfab.knowledge.lessons import device_class, family_of, summarise
-from swarmfab.knowledge.recall import Champion
-from swarmfab.records import Lesson
+from swarmfab._cli_common import DEFAULT_DB, DbOption, JsonOption, console, friendly
+
+if TYPE_CHECKING:
+    from swarmfab.knowledge.recall import Champion
+    from swarmfab.records import Lesson
 
 __all__ = ["lessons"]
 
@@ -23,11 +23,14 @@ def lessons(
     workload: Annotated[str | None, typer.Option(
         help="Only lessons that apply to this workload (its family: kda and gdn share).")
     ] = None,
-    db: DbOption = str(DEFAULT_DB),
+    db: DbOption = DEFAULT_DB,
     as_json: JsonOption = False,
 ) -> None:
     """Lessons per context (workload, device class, shape class), merged across runs, with
     the runs and the child/parent candidate pairs behind each."""
+    from swarmfab.knowledge import Store
+    from swarmfab.knowledge.lessons import family_of, summarise
+
     store = Store(db)
     rows = store.lesson_evidence(family_of(workload) if workload else None)
     listed = summarise(rows)
@@ -66,6 +69,8 @@ def _table(listed: list[tuple[str, Lesson]], workload: str | None) -> Table:
 
 
 def _champions_table(champions: list[Champion]) -> Table:
+    from swarmfab.knowledge.lessons import device_class
+
     table = Table(title="champions: the settings a related new run proposes first (most "
                   "similar context first; --no-lessons skips them)", title_justify="left")
     for column in ("run", "workload", "device class", "shapes", "setting"):

@@ -1,0 +1,235 @@
+"""``swarmfab verify``, ``bench`` and ``bench-policy``: one candidate judged or timed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from swarmfab._cli_candidate import candidate_from_file
+from swarmfab._cli_common import (
+    DEFAULT_DB,
+    DbOption,
+    JsonOption,
+    console,
+    errors,
+    evaluator_for,
+    friendly,
+    parse_shape,
+    require_device,
+)
+from swarmfab.errors import GoalError
+
+if TYPE_CHECKING:
+    from swarmfab.knowledge import Store
+    from swarmfab.records import Candidate, Verdict
+
+__all__ = ["bench", "bench_policy", "verify"]
+
+
+@friendly
+def verify(
+    workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
+    file: Annotated[Path, typer.Argument(help="Candidate: a .c, .cu or .py file.")],
+    as_json: JsonOption = False,
+    threads: Annotated[int | None, typer.Option(help="Threads for the candidate.")] = None,
+    fuzz: Annotated[int, typer.Option(
+        min=0, help="Random cases added to the corpus cases.")] = 8,
+    backend: Annotated[str | None, typer.Option(
+        help="c, python, numba, torch-compile, cuda or triton (default: from the suffix).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the fuzzing draws.")] = 0,
+    db: DbOption = DEFAULT_DB,
+    workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
+) -> None:
+    """Verify a candidate file: corpus, fuzzing, anti-cheat probes. Exit 0 if accepted.
+
+    A C file is built with the flags its header records (`/* swarmfab flags: ... */`, as
+    a champion's source carries them), else -O3 -march=native. A fuzzing case that breaks
+    the candidate is added to the stored corpus.
+    """
+    import random
+
+    from swarmfab.backends import cuda_device_available
+    from swarmfab.goal import default_goal
+    from swarmfab.knowledge import Store
+    from swarmfab.records import Status
+    from swarmfab.verify import draw_cases
+
+    candidate = candidate_from_file(workload, file, backend)
+    # GPU candidates run on the device where there is one (elsewhere they still build,
+    # so compile errors are reported, and loading says why it cannot run)
+    on_gpu = candidate.backend in ("cuda", "triton") and cuda_device_available()
+    goal = default_goal(workload).with_overrides(threads=threads,
+                                                 device="cuda" if on_gpu else None)
+    store = Store(db)
+    evaluator = evaluator_for(goal, workdir, store)
+    drawn = draw_cases(evaluator.workload, random.Random(seed), fuzz)
+    verdict = evaluator.verify(candidate, [*evaluator.cases, *drawn])
+    failed = verdict.failed_check
+    found = evaluator.case_of(failed, drawn) if failed else None
+    if found is not None and store.add_case(
+        workload, dataclasses.replace(found, origin=f"fuzz: broke {file.name}")
+    ):
+        errors.print(f"counterexample {found.name} ({found.shape.label}) added to the corpus",
+                     highlight=False, markup=False)
+    if as_json:
+        print(json.dumps(verdict.to_dict(), indent=2))
+    else:
+        _print_verdict(candidate, verdict)
+    raise typer.Exit(0 if verdict.status is Status.ACCEPTED else 1)
+
+
+def _print_verdict(candidate: Candidate, verdict: Verdict) -> None:
+    """The verdict for a person: every check in a table, or, when none ran (the build
+    failed, the file did not load), why, with the diagnostics once."""
+    from swarmfab.report import verdict_table
+
+    flags = f"; flags {' '.join(candidate.flags)}" if candidate.flags else ""
+    console.print(f"candidate {candidate.id}: {candidate.entry} ({candidate.backend}{flags})",
+                  highlight=False, markup=False)
+    if verdict.checks:
+        console.print(verdict_table(verdict))
+        for line in verdict.diagnostics:
+            console.print(line, highlight=False, markup=False)
+        return
+    reason, diagnostics = verdict.reason, verdict.diagnostics
+    head, _, quoted = reason.partition(": ")
+    if diagnostics and quoted and quoted in "\n".join(diagnostics):
+        reason = head  # the reason quotes the first diagnostic: show it once, below
+    console.print(f"verdict: {verdict.status.value} — {reason}" + (":" if diagnostics else ""),
+                  highlight=False, markup=False)
+    for diagnostic in diagnostics:  # parsed messages, or the compiler's raw output
+        for line in diagnostic.strip().splitlines():
+            console.print(f"  {line}", highlight=False, markup=False)
+
+
+@friendly
+def bench(
+    workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
+    candidate: Annotated[str | None, typer.Option(
+        help="A candidate file, 'champion' (of --run, default latest) or 'default' "
+             "(the design space's starting point).")] = None,
+    run_id: Annotated[str | None, typer.Option(
+        "--run", help="Run whose champion to use: an id or latest (default).")] = None,
+    shape: Annotated[list[str] | None, typer.Option(
+        help="B,T,H,K,V[,HV][+h0] (+h0: with an initial state); repeatable.")] = None,
+    db: DbOption = DEFAULT_DB,
+    as_json: JsonOption = False,
+    threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
+    cold: Annotated[bool, typer.Option(help="Flush the caches before every sample.")] = False,
+    baseline: Annotated[list[str] | None, typer.Option(
+        help="Baselines to time (repeatable; default: the standard ones; torch-compile "
+             "is opt-in: it compiles for a while in every job).")] = None,
+    device: Annotated[str, typer.Option(
+        help="cpu, or cuda: time on the CUDA device (CUDA events, L2 flushed; the "
+             "default baselines are then fla's kernels where fla is installed).")] = "cpu",
+    workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
+) -> None:
+    """Time baselines (and a candidate) side by side: medians, CIs, speedups, roofline."""
+    from swarmfab.evaluation import Implementation
+    from swarmfab.goal import default_goal
+    from swarmfab.knowledge import Store
+    from swarmfab.measure import CONFIRMATION
+    from swarmfab.measure.timer import last_level_cache_bytes
+    from swarmfab.report import bench_table
+    from swarmfab.swarm.hosts import host_peaks
+    from swarmfab.workloads import get_workload
+
+    goal = default_goal(workload).with_overrides(threads=threads, device=device)
+    require_device(goal.device)
+    shapes = [parse_shape(s) for s in shape] if shape else None
+    spec = get_workload(goal.workload)
+    known = spec.baselines()
+    names = baseline or spec.default_baselines(goal.device)
+    unknown = [name for name in names if name not in known]
+    if unknown:  # before anything is measured
+        raise GoalError(f"--baseline {', '.join(unknown)}: {workload} has {', '.join(known)}")
+    store = Store(db)
+    chosen = None
+    if candidate is not None:  # a file that is not there is a usage error: say so first
+        chosen = _bench_candidate(store, workload, candidate, run_id, goal.threads, goal.device)
+    evaluator = evaluator_for(goal, workdir, store, shapes)
+    evaluator.peaks = host_peaks(store, goal.threads, evaluator.limits, device=goal.device)
+    contenders = []
+    if chosen is not None:
+        verdict = evaluator.verify(chosen)
+        if verdict.status.value != "accepted":
+            errors.print(f"[red]the candidate is not verified:[/] {escape(verdict.reason)}")
+            raise typer.Exit(1)
+        contenders.append(Implementation("candidate", artifact=evaluator.build(chosen)))
+    contenders += [Implementation(n, baseline=n) for n in names]
+    flush = 2 * last_level_cache_bytes() if cold else 0
+    tables = evaluator.side_by_side(contenders, dataclasses.replace(CONFIRMATION,
+                                                                   flush_bytes=flush))
+    if as_json:
+        print(json.dumps([_side_json(t) for t in tables], indent=2))
+    else:
+        title = (f"{workload}: side by side, {goal.threads} thread(s), "
+                 f"{'cold' if cold else 'warm'} cache")
+        if goal.device == "cuda":
+            title = f"{workload}: side by side on the CUDA device (L2 flushed before every sample)"
+        console.print(bench_table(tables, title))
+
+
+def _bench_candidate(store: Store, workload: str, which: str, run_id: str | None,
+                     threads: int, device: str = "cpu") -> Any:
+    from swarmfab.errors import StoreError
+    from swarmfab.kernels import design_space
+
+    if which == "default":
+        space = design_space(workload, device)
+        return space.instantiate(space.default(), threads=threads)
+    if which == "champion":
+        record = store.run(run_id)
+        if record.champion_id is None:
+            raise StoreError(f"run {record.id} has no champion")
+        return store.candidate(record.champion_id)
+    return candidate_from_file(workload, Path(which))
+
+
+def _side_json(table: Any) -> dict[str, Any]:
+    def est(e: Any) -> dict[str, float]:
+        return {"median": e.median, "low": e.low, "high": e.high}
+
+    return {"shape": table.shape, "reference": table.reference, "samples": table.samples,
+            "cache": table.cache, "roofline_bound_s": table.bound_s,
+            "seconds": {n: est(e) for n, e in table.seconds.items()},
+            "ratio_to_reference": {n: est(e) for n, e in table.ratio_to_reference.items()}}
+
+
+@friendly
+def bench_policy(
+    workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
+    shape: Annotated[str, typer.Option(
+        help="B,T,H,K,V[,HV][+h0]: the one shape every candidate is timed on.")]
+        = "1,512,4,128,128",
+    seeds: Annotated[int, typer.Option(min=1, help="Searches per policy.")] = 3,
+    max_evaluations: Annotated[int, typer.Option(
+        min=1, help="Evaluations per search (the same for every policy).")] = 30,
+    target: Annotated[float, typer.Option(
+        min=0.01, max=1.0, help="Share of the best-known speed a champion must reach.")] = 0.9,
+    threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
+    db: DbOption = DEFAULT_DB,
+    workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
+) -> None:
+    """The built-in agents against uniform random search over the same design space."""
+    from swarmfab.goal import default_goal
+    from swarmfab.kernels import design_space
+    from swarmfab.knowledge import Store
+    from swarmfab.report import policy_table
+    from swarmfab.swarm.policy_bench import SpeedOracle, compare_policies, summary
+
+    goal = default_goal(workload).with_overrides(threads=threads)
+    space = design_space(workload)
+    evaluator = evaluator_for(goal, workdir, Store(db), [parse_shape(shape)])
+    reference = space.instantiate(space.default(), threads=goal.threads)
+    oracle = SpeedOracle(evaluator, evaluator.cases, reference,
+                         log=lambda line: console.print(line, highlight=False))
+    results = compare_policies(space, goal, oracle, range(seeds), max_evaluations)
+    best, rows = summary(results, target, max_evaluations)
+    console.print(policy_table(rows, best, target, max_evaluations, len(oracle.seconds),
+                               f"{workload} {shape}, {goal.threads} thread(s)"))

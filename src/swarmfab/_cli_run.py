@@ -1,0 +1,255 @@
+"""``swarmfab run`` and ``swarmfab resume``: a goal, checked, then the swarm on it."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from swarmfab._cli_common import (
+    DEFAULT_DB,
+    DbOption,
+    command_started,
+    console,
+    errors,
+    evaluator_for,
+    friendly,
+    require_device,
+)
+from swarmfab.errors import ClusterError, GoalError
+
+if TYPE_CHECKING:
+    from swarmfab.knowledge import Store
+
+__all__ = ["check_ray_cluster", "resume", "run"]
+
+RAY_CONNECT_TIMEOUT_S = 3.0
+RAY_HELP = ("start one with `ray start --head` (and `ray start --address HEAD:6379` on the "
+            "other nodes), then pass --address auto or HOST:PORT")
+
+WorkersOption = Annotated[int | None, typer.Option(
+    help="Evaluations at once (default: as many benchmarks as fit on the host's cores).")]
+ExecutorOption = Annotated[str, typer.Option(
+    help="Where evaluations run: local (a pool on this host) or ray (a Ray cluster).")]
+AddressOption = Annotated[str, typer.Option(
+    help="Ray cluster address with --executor ray: auto, or HOST:PORT.")]
+NoLessonsOption = Annotated[bool, typer.Option(
+    "--no-lessons", help="Ignore what earlier runs in the store learned (for comparison).")]
+FailIfNoChampionOption = Annotated[bool, typer.Option(
+    "--fail-if-no-champion",
+    help="Exit 1 when no candidate beat the baselines (default: the baselines are the "
+         "answer, exit 0).")]
+WorkdirOption = Annotated[Path, typer.Option(help="Build cache and champions.")]
+
+
+def _executor_factory(executor: str, address: str) -> Any:
+    """The run's executor factory; None means the default local pool. A Ray cluster is
+    checked here, before any work: a run must not time its baselines and then find no
+    cluster."""
+    if executor == "local":
+        return None
+    if executor != "ray":
+        raise GoalError(f"--executor {executor!r}: choose local or ray")
+    check_ray_cluster(address)
+    from swarmfab.swarm.ray_executor import RayExecutor
+
+    return lambda evaluator, workers: RayExecutor(evaluator, address, workers)
+
+
+def check_ray_cluster(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> str:
+    """Ray is installed and something listens at the cluster's address (``auto``: the
+    cluster `ray start` left on this machine, or RAY_ADDRESS); returns that HOST:PORT.
+
+    ``ray.init`` itself waits minutes for an address nobody answers at; this answers
+    within ``timeout_s``. ClusterError says what to do."""
+    try:
+        import ray  # noqa: F401
+    except ImportError as exc:
+        raise ClusterError("--executor ray needs Ray: pip install 'swarmfab[ray]'") from exc
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # Ray's internals moved: check what can be checked without them
+        resolved = None if address in ("auto", "local") else address
+    else:
+        try:
+            resolved = canonicalize_bootstrap_address(address)
+        except (ConnectionError, ValueError) as exc:
+            raise ClusterError(f"no Ray cluster for --address {address}: {exc}; "
+                               f"{RAY_HELP}") from exc
+    if resolved is None:  # nothing more to check before ray.init
+        return address
+    host, _, port = resolved.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except (OSError, ValueError) as exc:
+        shown = address if resolved == address else f"{address} ({resolved})"
+        raise ClusterError(f"no Ray cluster answers at {shown}: {exc}; {RAY_HELP}") from exc
+    return resolved
+
+
+def _goal(target: str, budget: str | None, threads: int | None, seed: int | None,
+          max_evaluations: int | None, workers: int | None = None) -> Any:
+    from swarmfab.goal import default_goal, load_goal
+
+    path = Path(target)
+    goal = load_goal(path) if path.suffix == ".toml" else default_goal(target)
+    return goal.with_overrides(budget=budget, threads=threads, seed=seed,
+                               max_evaluations=max_evaluations, workers=workers)
+
+
+@friendly
+def run(
+    target: Annotated[str, typer.Argument(help="A workload name (kda) or a goal TOML file.")],
+    budget: Annotated[str | None, typer.Option(help="Wall-time budget, e.g. 60s, 10m.")] = None,
+    db: DbOption = DEFAULT_DB,
+    threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of agents and inputs.")] = None,
+    max_evaluations: Annotated[int | None, typer.Option(help="Stop after N evaluations.")] = None,
+    workers: WorkersOption = None,
+    executor: ExecutorOption = "local",
+    address: AddressOption = "auto",
+    workdir: WorkdirOption = Path(".swarmfab"),
+    agents: Annotated[str | None, typer.Option(
+        help="Comma-separated agent kinds: builtin, llm (default: the goal's, else builtin).")
+    ] = None,
+    llm_provider: Annotated[str | None, typer.Option(help="openai (any compatible server) "
+                                                     "or anthropic.")] = None,
+    llm_base_url: Annotated[str | None, typer.Option(
+        help="Endpoint, e.g. http://127.0.0.1:8000/v1 for vLLM (default: the provider's).")
+    ] = None,
+    llm_model: Annotated[str | None, typer.Option(help="Model name the endpoint serves.")] = None,
+    llm_api_key_env: Annotated[str | None, typer.Option(
+        help="Environment variable holding the API key (default OPENAI_API_KEY or "
+             "ANTHROPIC_API_KEY).")] = None,
+    llm_budget_usd: Annotated[float | None, typer.Option(
+        help="Spend after which the LLM agents stop (the run goes on).")] = None,
+    no_lessons: NoLessonsOption = False,
+    fail_if_no_champion: FailIfNoChampionOption = False,
+) -> None:
+    """Optimise a workload: agents propose, every candidate is verified and benchmarked."""
+    from swarmfab.knowledge import Store
+
+    goal = _goal(target, budget, threads, seed, max_evaluations, workers)
+    llm = {"provider": llm_provider, "base_url": llm_base_url, "model": llm_model,
+           "api_key_env": llm_api_key_env, "budget_usd": llm_budget_usd}
+    kinds = [kind.strip() for kind in agents.split(",") if kind.strip()] if agents else None
+    goal = goal.with_overrides(agents=kinds, llm=llm)
+    factory = _executor_factory(executor, address)
+    _launch(goal, Store(db), workdir, resume=None, executor=factory,
+            use_lessons=not no_lessons, fail_if_no_champion=fail_if_no_champion)
+
+
+@friendly
+def resume(
+    run_id: Annotated[str, typer.Argument(
+        help="The run to continue: an id (see `swarmfab runs`) or latest.")],
+    budget: Annotated[str | None, typer.Option(help="Wall-time budget of this session.")] = None,
+    db: DbOption = DEFAULT_DB,
+    max_evaluations: Annotated[int | None, typer.Option(help="Stop after N evaluations.")] = None,
+    workers: WorkersOption = None,
+    executor: ExecutorOption = "local",
+    address: AddressOption = "auto",
+    workdir: WorkdirOption = Path(".swarmfab"),
+    no_lessons: NoLessonsOption = False,
+    fail_if_no_champion: FailIfNoChampionOption = False,
+) -> None:
+    """Continue an interrupted or killed run: nothing already judged is evaluated again."""
+    from swarmfab.goal import Goal
+    from swarmfab.knowledge import Store
+
+    factory = _executor_factory(executor, address)
+    store = Store(db)
+    record = store.run(run_id)
+    if record.status == "running":
+        errors.print(f"note: run {record.id} is marked running; if it is still alive elsewhere, "
+                     "stop it first (this continues from what it recorded)", highlight=False)
+    goal = Goal.model_validate(record.goal).with_overrides(
+        budget=budget, max_evaluations=max_evaluations, workers=workers)
+    _launch(goal, store, workdir, resume=record.id, executor=factory,
+            use_lessons=not no_lessons, fail_if_no_champion=fail_if_no_champion)
+
+
+def _lesson_context(goal: Any, space: Any) -> Any:
+    """This goal's context for lessons and recall: workload, device class, shape classes."""
+    import platform
+
+    from swarmfab.backends import get_backend
+    from swarmfab.knowledge import LessonContext
+
+    host = {"machine": platform.machine(), "threads": goal.threads,
+            **get_backend(space.backend).describe()}
+    labels = [shape.label for shape in goal.target_shapes()]
+    return LessonContext.of(goal.workload, host, labels)
+
+
+def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
+            executor: Any = None, use_lessons: bool = True,
+            fail_if_no_champion: bool = False) -> None:
+    from swarmfab.agents.builtin import RecallAgent, RestartAgent, bandit_agents
+    from swarmfab.kernels import design_space
+    from swarmfab.report import run_table
+    from swarmfab.report.progress import LiveProgress
+    from swarmfab.swarm import Run
+
+    require_device(goal.device)
+    space = design_space(goal.workload, goal.device)
+    agents: list[Any] = []
+    reviewer = None
+    if "llm" in goal.agents:  # first: a bad key or model fails before any work is done
+        from swarmfab.agents.llm import llm_agents
+
+        agents, reviewer, _ = llm_agents(goal.llm)
+    builtin = "builtin" in goal.agents
+    context = _lesson_context(goal, space)
+    lessons = tuple(store.lessons_for(context)) if use_lessons else ()
+    recalled = store.recall(context) if use_lessons and builtin else []
+    if lessons or recalled:
+        helpful = sum(lesson.outcome == "helps" for lesson in lessons)
+        console.print(f"{len(lessons)} lesson(s) from earlier runs ({helpful} helpful moves), "
+                      f"{len(recalled)} champion setting(s) recalled; --no-lessons to ignore "
+                      "them", highlight=False)
+    if builtin:
+        agents += [RecallAgent(recalled)] if recalled else []  # first: start where others ended
+        agents += bandit_agents(space.knobs)  # they read the lessons in their context
+    evaluator = evaluator_for(goal, workdir, store)
+    made: list[Any] = []  # the Run, for what it learned when no champion came out
+
+    def execute(log: Callable[[str], None], observer: Callable[[Any], None] | None) -> Any:
+        made.append(Run(goal, store, evaluator, space, agents, workdir, log=log,
+                        fallback=RestartAgent() if builtin else None, observer=observer,
+                        reviewer=reviewer, executor=executor, lessons=lessons,
+                        started=command_started()))
+        return made[-1].execute(resume)
+
+    if console.is_terminal:  # a live panel; pipes and CI get plain lines
+        with LiveProgress(console) as live:
+            result = execute(live.log, live.update)
+    else:
+        result = execute(lambda line: console.print(line, highlight=False), None)
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts.items()))
+    console.print(
+        f"run {result.run_id} {result.status}: {result.evaluations} evaluations ({counts})"
+    )
+    if result.status == "interrupted":
+        raise typer.Exit(130)
+    if result.champion is None:
+        _no_champion(result, made[-1])
+        raise typer.Exit(1 if fail_if_no_champion else 0)
+    run_record = store.run(result.run_id)
+    if run_record.summary and run_record.summary["shapes"]:
+        console.print(run_table(run_record.summary))
+    console.print(f"champion {result.champion.id}: {result.champion.knobs}")
+    console.print(f"champion source: {result.champion_dir}")
+
+
+def _no_champion(result: Any, swarm: Any) -> None:
+    """A run that found nothing faster: the baselines are its answer, shape by shape."""
+    fastest = swarm.baseline_incumbents  # per shape, the fastest baseline
+    answer = "; ".join(f"{shape}: {impl.name}" for shape, impl in fastest.items())
+    console.print(f"no candidate beat the baselines in {result.evaluations} evaluations; "
+                  "the fastest baseline per shape is the answer"
+                  + (f": {answer}" if answer else "") + " (times above)", highlight=False)

@@ -1,0 +1,179 @@
+"""``swarmfab show`` and ``swarmfab report``: a stored run, at a glance or verdict by verdict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from swarmfab._cli_common import DEFAULT_DB, DbOption, JsonOption, console, friendly
+
+__all__ = ["report", "show"]
+
+RunArgument = Annotated[str | None, typer.Argument(help="Run id or latest (default: latest).")]
+
+
+@friendly
+def report(
+    run_id: RunArgument = None,
+    db: DbOption = DEFAULT_DB,
+    as_json: JsonOption = False,
+    out: Annotated[Path | None, typer.Option(
+        help="Write one self-contained HTML file (charts, lineage, evidence) here.")] = None,
+) -> None:
+    """Summarise a run from the store: verdicts by status, champion lineage, final figures."""
+    from swarmfab.knowledge import Store
+    from swarmfab.report import run_table
+
+    store = Store(db)
+    if out is not None:
+        from swarmfab.report.html import write_report
+
+        written = write_report(store, run_id, out)
+        console.print(f"report written to {written}", highlight=False)
+        return
+    record = store.run(run_id)
+    verdicts: list[dict[str, Any]] = [
+        {"candidate": row.candidate_id, "agent": row.agent, "status": row.status,
+         "reason": row.reason, "champion": row.became_champion}
+        for row, _ in store.verdicts(record.id)
+    ]
+    counts = store.status_counts(record.id)
+    if as_json:
+        data = {
+            "run": record.id, "workload": record.workload, "status": record.status,
+            "started_at": str(record.started_at), "finished_at": str(record.finished_at),
+            "counts": counts, "champion": record.champion_id, "summary": record.summary,
+            "verdicts": verdicts,
+        }
+        print(json.dumps(data, indent=2, default=str))
+        return
+    console.print(f"run {record.id} ({record.workload}): {record.status}; verdicts {counts}")
+    for entry in verdicts:
+        crown = " (champion)" if entry["champion"] else ""
+        console.print(f"  {entry['candidate'][:10]} {entry['agent']:<20} {entry['status']:<12} "
+                      f"{entry['reason'][:90]}{crown}", highlight=False)
+    if record.summary and record.summary.get("shapes"):
+        console.print(run_table(record.summary))
+
+
+@friendly
+def show(
+    run_id: RunArgument = None,
+    db: DbOption = DEFAULT_DB,
+    as_json: JsonOption = False,
+) -> None:
+    """A run at a glance: goal, champion and its figures, verdicts by status, agent, reason."""
+    from collections import Counter
+
+    from swarmfab.agents.llm.spend import summarise_events
+    from swarmfab.knowledge import Store
+
+    store = Store(db)
+    record = store.run(run_id)
+    rows = [row for row, _ in store.verdicts(record.id)]
+    rejected = [row for row in rows if row.status != "accepted"]
+    data = {
+        "run": record.id, "workload": record.workload, "status": record.status,
+        "goal": record.goal, "host": record.host, "champion": record.champion_id,
+        "champion_figures": (record.summary or {}).get("shapes", []),
+        "archive": (record.summary or {}).get("archive", []),
+        "search": (record.summary or {}).get("search"),  # seconds, evaluations, workers
+        "overhead": (record.summary or {}).get("overhead"),
+        "verdicts": len(rows),
+        "by_status": dict(Counter(row.status for row in rows)),
+        "by_agent": dict(Counter(row.agent for row in rows)),
+        "by_reject_reason": dict(Counter(row.reason.split(":")[0] for row in rejected)),
+        "interventions": [detail for _, detail in store.events(record.id, "intervention")],
+        "events": [{"kind": kind, "detail": detail} for kind, detail in store.events(record.id)],
+        "llm": summarise_events(store.events(record.id)),
+    }
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+        return
+    knobs = store.candidate(record.champion_id).knobs if record.champion_id else None
+    lines = [("run", record.id), ("workload", record.workload), ("status", record.status),
+             ("goal", describe_goal(record.goal or {})),
+             ("champion", _champion_line(record.champion_id, knobs,
+                                         bool(data["champion_figures"]))),
+             *[("", line) for line in figure_lines(data["champion_figures"])]]
+    lines += [(key, data[key]) for key in ("verdicts", "by_status", "by_agent",
+                                           "by_reject_reason", "interventions", "llm")
+              if data[key] is not None]
+    for key, value in lines:
+        console.print(f"{key:>17}{':' if key else ' '} {value}", highlight=False, markup=False)
+
+
+def describe_goal(goal: dict[str, Any]) -> str:
+    """A stored goal in one line: workload, device, shapes, budget, threads, workers..."""
+    def get(*names: str) -> Any:
+        return next((goal[name] for name in names if goal.get(name) is not None), None)
+
+    shapes = get("shapes")
+    listed = ("; ".join(_shape_label(s) for s in shapes) if shapes
+              else "the workload's default shapes")
+    parts = [f"{get('workload')} on {get('device') or 'cpu'}",
+             f"{len(shapes) if shapes else 'default'} shape(s) ({listed})",
+             f"budget {_seconds(get('budget_s', 'budget'))}",
+             f"threads {get('threads')}", f"workers {get('workers') or 'auto'}",
+             f"seed {get('seed')}",
+             f"max evaluations {get('max_evaluations') or 'none'}",
+             f"agents {', '.join(get('agents') or ['builtin'])}",
+             f"baselines {', '.join(get('baselines') or ['default'])}"]
+    timeout = get("eval_timeout_s", "eval_timeout")
+    if timeout is not None:
+        parts.append(f"evaluation timeout {_seconds(timeout)}")
+    return ", ".join(parts)
+
+
+def figure_lines(figures: list[dict[str, Any]]) -> list[str]:
+    """Per shape: the champion's speedup over the fastest baseline with its 95% CI,
+    roofline fraction and both times (median [95% CI]), as the run's final table has them."""
+    lines = []
+    for figure in figures:
+        fastest = figure.get("fastest_baseline", "?")
+        seconds = figure.get("seconds", {})
+        roofline = figure.get("roofline_fraction")
+        speedup = _interval(figure.get("speedup"), 1.0, "x", ".2f")
+        lines.append(
+            f"{figure.get('shape', '?')}: {speedup} over {fastest} "
+            f"({_interval(seconds.get(fastest), 1e3, ' ms', '.3f')} -> "
+            f"champion {_interval(seconds.get('champion'), 1e3, ' ms', '.3f')}), "
+            f"roofline {'-' if roofline is None else f'{roofline:.0%}'}")
+    return lines
+
+
+def _champion_line(champion_id: str | None, knobs: dict[str, Any] | None,
+                   figures: bool) -> str:
+    if champion_id is None:
+        return "none (no candidate beat the baselines; they are the answer)"
+    setting = ", ".join(f"{name}={value}" for name, value in (knobs or {}).items())
+    where = ("; per shape, against the fastest baseline:" if figures
+             else "; no final figures recorded")
+    return f"{champion_id} ({setting or 'hand-written'}){where}"
+
+
+def _interval(values: Any, scale: float, unit: str, spec: str) -> str:
+    if not values or len(values) != 3:
+        return "-"
+    median, low, high = (scale * float(v) for v in values)
+    return f"{median:{spec}}{unit} [{low:{spec}}, {high:{spec}}]"
+
+
+def _shape_label(shape: dict[str, Any]) -> str:
+    """As :attr:`swarmfab.workloads.Shape.label` has it (HV defaults to H)."""
+    h, hv = shape.get("H"), shape.get("HV") or shape.get("H")
+    heads = f"H{h}" if hv == h else f"H{h}/HV{hv}"
+    state = " +h0" if shape.get("initial_state") else ""
+    return f"B{shape.get('B')} T{shape.get('T')} {heads} K{shape.get('K')} V{shape.get('V')}{state}"
+
+
+def _seconds(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return str(value)
+    for unit, size in (("h", 3600.0), ("m", 60.0)):
+        if value >= size and value % size == 0:
+            return f"{value / size:g}{unit}"
+    return f"{value:g}s"

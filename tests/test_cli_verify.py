@@ -1,0 +1,69 @@
+"""`swarmfab verify` on a file: built with the flags it records (a champion's own source
+is the champion, same id), and a build failure shown once, with its diagnostics."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from swarmfab._cli_candidate import DEFAULT_C_FLAGS, candidate_from_file
+from swarmfab.cli import app
+from swarmfab.kernels import design_space
+from swarmfab.records import Candidate
+
+needs_cc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+ZERO = "#include <stdint.h>\nint kda_forward(void) { return 0; }\n"
+
+
+def _champion() -> Candidate:
+    space = design_space("kda")
+    return space.instantiate(space.default(), threads=1)
+
+
+def test_an_exported_champions_source_is_the_champion(tmp_path: Path) -> None:
+    """`swarmfab export` writes the flags into provenance.json beside the source."""
+    champion = _champion()
+    package = tmp_path / "kda_champion"
+    package.mkdir()
+    source = package / champion.entry
+    source.write_text(champion.sources[champion.entry])
+    (package / "provenance.json").write_text(json.dumps(
+        {"candidate": champion.id, "entry": f"kda_champion/{champion.entry}",
+         "flags": list(champion.flags)}))
+    loaded = candidate_from_file("kda", source)
+    assert loaded.flags == champion.flags and champion.flags != DEFAULT_C_FLAGS
+    assert loaded.id == champion.id
+
+
+def test_a_source_with_a_flags_header_is_built_with_those_flags(tmp_path: Path) -> None:
+    champion = _champion()
+    text = (f"/* swarmfab flags: {' '.join(champion.flags)} */\n"
+            + champion.sources[champion.entry])
+    recorded = Candidate("kda", "c", {champion.entry: text}, champion.entry,
+                         flags=champion.flags)  # a champion whose source records its flags
+    (tmp_path / champion.entry).write_text(text)
+    assert candidate_from_file("kda", tmp_path / champion.entry).id == recorded.id
+    (tmp_path / "plain.c").write_text(ZERO)  # no header, no provenance: the defaults
+    assert candidate_from_file("kda", tmp_path / "plain.c").flags == DEFAULT_C_FLAGS
+
+
+@needs_cc
+def test_verify_builds_with_the_header_flags_and_shows_a_build_failure_once(
+    tmp_path: Path,
+) -> None:
+    flags = ("-O2", "-fno-such-option-anywhere")
+    kernel = tmp_path / "flagged.c"
+    kernel.write_text(f"// swarmfab flags: {' '.join(flags)}\n{ZERO}")
+    expected = Candidate("kda", "c", {kernel.name: kernel.read_text()}, kernel.name, flags=flags)
+    result = CliRunner().invoke(app, ["verify", "kda", str(kernel), "--db",
+                                      str(tmp_path / "x.db"), "--workdir", str(tmp_path / "wd")])
+    assert result.exit_code == 1, result.output
+    assert f"candidate {expected.id}: flagged.c (c; flags -O2 -fno-such-option-anywhere)" \
+        in result.output
+    assert "verdict: build_failed" in result.output
+    assert result.output.count("unrecognized command-line option") == 1, result.output
+    assert "┃ case" not in result.output
