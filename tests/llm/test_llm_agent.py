@@ -211,3 +211,15 @@ def test_an_agent_waits_for_the_verdict_of_its_candidate_in_flight(goal: Goal) -
         broken = failed(first, Verdicts.BUILD_FAILED, "compilation failed: 'undeclared'")
         [repair] = agent.propose(context(goal, (broken,), evaluated=frozenset({first.id})))
     assert repair.parents == (first.id,)
+
+
+def test_no_model_call_starts_when_the_search_is_about_to_end(goal: Goal) -> None:
+    import time
+
+    with FakeLLM([Reply(GOOD_EDIT)]) as llm:
+        agent = agent_for(llm, goal)
+        assert agent.propose(context(goal, deadline=time.monotonic() + 1.0)) == []
+        assert llm.requests == []
+        assert agent.may_propose_later()  # a later run or resume may still ask it
+        [candidate] = agent.propose(context(goal, deadline=time.monotonic() + 600.0))
+    assert candidate.agent == "llm-vectorisation"

@@ -86,6 +86,22 @@ def test_a_hanging_server_times_out() -> None:
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_a_call_gives_up_when_the_run_needs_it_to(kind: str) -> None:
+    """A run near the end of its budget bounds the call, retries included."""
+    with FakeLLM([Hang(30), Hang(30), Hang(30)]) as llm:
+        if kind == "openai":
+            provider: OpenAIProvider | AnthropicProvider = openai_at(
+                llm, timeout_s=20.0, max_retries=2)
+        else:
+            provider = AnthropicProvider("fake-claude", "sk-ant", llm.base_url, 20.0, 2)
+        started = time.monotonic()
+        with pytest.raises(ProviderError) as caught:
+            provider.complete(ASK, 512, 0.2, timeout_s=1.0)
+    assert caught.value.kind == "timeout"
+    assert time.monotonic() - started < 10  # not 3 tries of 20 s
+
+
 @pytest.mark.parametrize("body", ["{not json", '{"id": "x", "choices": []}', "[]"])
 def test_malformed_replies_are_provider_errors(body: str) -> None:
     with FakeLLM([Raw(body)]) as llm, pytest.raises(ProviderError):

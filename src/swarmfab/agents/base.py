@@ -8,7 +8,9 @@ call, so an agent that keeps its own memory must treat the context as the truth.
 
 from __future__ import annotations
 
+import math
 import random
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,6 +37,13 @@ class Context:
     champion_verdict: Verdict | None = None  # the evidence behind the champion
     board: tuple[str, ...] = ()  # the blackboard's recent events, oldest first
     in_flight: frozenset[str] = frozenset()  # being evaluated now: no verdict yet
+    # time.monotonic() by which proposing must be over (the search's end); None: no limit.
+    # An agent that waits on something slow (a remote model) bounds its wait by it.
+    deadline: float | None = None
+
+    def seconds_left(self) -> float:
+        """Until :attr:`deadline` (infinite without one)."""
+        return math.inf if self.deadline is None else self.deadline - time.monotonic()
 
     def champion_setting(self) -> dict[str, KnobValue]:
         """The champion's knobs, or the space's default before any champion exists."""

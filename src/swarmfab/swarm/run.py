@@ -358,7 +358,8 @@ class Run:
                       if e.kind in BOARD_KINDS)[-BOARD_SIZE:]
         return Context(self.goal, self.space, self.champion, evaluated,
                        tuple(self.recent[-20:]), self.lessons, self.rng, parents,
-                       self.champion_verdict, board, self.blackboard.claimed())
+                       self.champion_verdict, board, self.blackboard.claimed(),
+                       deadline=self.budget.search_end)
 
     def _island(self, agent: Agent) -> int:
         return self.agents.index(agent) % self.archive.islands if agent in self.agents else 0

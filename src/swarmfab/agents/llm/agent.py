@@ -16,6 +16,7 @@ built-in agents carry on.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 from swarmfab.agents.base import Agent, Context
@@ -32,6 +33,7 @@ from swarmfab.records import Candidate, Status, Verdict
 __all__ = ["MAX_COOLDOWN", "LLMAgent"]
 
 MAX_COOLDOWN = 16  # turns an agent sits out after repeated provider failures, at most
+MIN_CALL_S = 5.0  # a model call with less of the search left is not started
 _REPLY_RESERVE = 0.25  # share of the context budget kept free for repair turns
 
 
@@ -155,7 +157,11 @@ class LLMAgent(Agent):
         """Ask the model until it gives an applicable edit or the repair turns run out."""
         attempt = self._attempt = self._attempt or self._start(context)
         while True:
-            completion = self._call(attempt.conversation(), attempt.turn)
+            left = context.seconds_left()
+            if left < MIN_CALL_S:  # no reply could be evaluated within the budget
+                return None
+            completion = self._call(attempt.conversation(), attempt.turn,
+                                    None if math.isinf(left) else left)
             attempt.reply = completion.text
             try:
                 candidate = self._candidate(context, attempt, completion.text)
@@ -190,9 +196,9 @@ class LLMAgent(Agent):
                     Message("user", packed.text)]
         return _Attempt(base, messages, base.sources[base.entry], parents)
 
-    def _call(self, messages: list[Message], turn: int) -> Completion:
+    def _call(self, messages: list[Message], turn: int, timeout_s: float | None) -> Completion:
         completion = self.provider.complete(messages, self.settings.max_output_tokens,
-                                            self.settings.temperature)
+                                            self.settings.temperature, timeout_s)
         cost = self.spend.charge(self.id, completion)
         self._backoff.succeeded()
         self._event("llm-call", provider=self.provider.name, model=self.provider.model,

@@ -69,8 +69,18 @@ class Provider(ABC):
 
     @abstractmethod
     def complete(self, messages: list[Message], max_tokens: int,
-                 temperature: float) -> Completion:
-        """One reply to ``messages`` (the first may be a system message)."""
+                 temperature: float, timeout_s: float | None = None) -> Completion:
+        """One reply to ``messages`` (the first may be a system message). ``timeout_s``
+        bounds this call, retries included (None: the provider's own timeout and
+        retries), so a run's budget holds while a model is slow."""
+
+
+def _bounded(client: Any, timeout_s: float | None, own_timeout_s: float, retries: int) -> Any:
+    """The SDK client, or a copy that gives up after ``timeout_s`` where that comes
+    before its own timeout and retries would."""
+    if timeout_s is None or timeout_s >= own_timeout_s * (retries + 1):
+        return client
+    return client.with_options(timeout=max(0.1, timeout_s), max_retries=0)
 
 
 class OpenAIProvider(Provider):
@@ -83,25 +93,27 @@ class OpenAIProvider(Provider):
         import openai
 
         self.model, self.stream = model, stream
+        self._timeout_s, self._retries = timeout_s, max_retries
         self._client: Any = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s,
                                      max_retries=max_retries)
 
     def complete(self, messages: list[Message], max_tokens: int,
-                 temperature: float) -> Completion:
+                 temperature: float, timeout_s: float | None = None) -> Completion:
         started = time.monotonic()
         payload = [{"role": m.role, "content": m.content} for m in messages]
+        client = _bounded(self._client, timeout_s, self._timeout_s, self._retries)
         try:
             if self.stream:
-                text, usage, finish = self._streamed(payload, max_tokens, temperature)
+                text, usage, finish = self._streamed(client, payload, max_tokens, temperature)
             else:
-                text, usage, finish = self._whole(payload, max_tokens, temperature)
+                text, usage, finish = self._whole(client, payload, max_tokens, temperature)
         except Exception as exc:  # the SDK, httpx, JSON: anything a remote can cause
             raise _translated(exc) from exc
         return _completion(messages, text, usage, finish, time.monotonic() - started)
 
-    def _whole(self, payload: list[dict[str, str]], max_tokens: int,
+    def _whole(self, client: Any, payload: list[dict[str, str]], max_tokens: int,
                temperature: float) -> tuple[str, Any, str | None]:
-        reply = self._client.chat.completions.create(
+        reply = client.chat.completions.create(
             model=self.model, messages=payload, max_tokens=max_tokens,
             temperature=temperature)
         if not getattr(reply, "choices", None):
@@ -110,9 +122,9 @@ class OpenAIProvider(Provider):
         usage = reply.usage
         return choice.message.content or "", usage, choice.finish_reason
 
-    def _streamed(self, payload: list[dict[str, str]], max_tokens: int,
+    def _streamed(self, client: Any, payload: list[dict[str, str]], max_tokens: int,
                   temperature: float) -> tuple[str, Any, str | None]:
-        chunks = self._client.chat.completions.create(
+        chunks = client.chat.completions.create(
             model=self.model, messages=payload, max_tokens=max_tokens,
             temperature=temperature, stream=True, stream_options={"include_usage": True})
         parts: list[str] = []
@@ -136,16 +148,18 @@ class AnthropicProvider(Provider):
         import anthropic
 
         self.model, self.stream = model, stream
+        self._timeout_s, self._retries = timeout_s, max_retries
         self._client: Any = anthropic.Anthropic(api_key=api_key, base_url=base_url,
                                            timeout=timeout_s, max_retries=max_retries)
 
     def complete(self, messages: list[Message], max_tokens: int,
-                 temperature: float) -> Completion:
+                 temperature: float, timeout_s: float | None = None) -> Completion:
         started = time.monotonic()
         system = "\n\n".join(m.content for m in messages if m.role == "system")
         turns = [{"role": m.role, "content": m.content} for m in messages if m.role != "system"]
+        client = _bounded(self._client, timeout_s, self._timeout_s, self._retries)
         try:
-            reply = self._client.messages.create(  # the SDK sets no temperature here
+            reply = client.messages.create(  # the SDK sets no temperature here
                 model=self.model, system=system, messages=turns, max_tokens=max_tokens)
             text = "".join(getattr(block, "text", "") for block in reply.content or ())
             usage = _Usage(reply.usage.input_tokens, reply.usage.output_tokens)
