@@ -15,12 +15,16 @@ import pytest
 from swarmfab.knowledge import Store
 from swarmfab.records import Status
 
+# The runs end after a number of evaluations, not a time: a budget that covers setup and
+# a few evaluations on a fast, idle machine runs out before the first verdict on a slow or
+# busy one. The budget is only the ceiling.
 GOAL = """
 workload = "kda"
-budget = "40s"
+budget = "180s"
 threads = 1  # robust on a busy 2-core machine, where 2 OpenMP threads can stall badly
 shapes = [{B = 1, T = 256, H = 4, K = 64, V = 64}]
 """
+EVALUATIONS = "4"
 
 
 def swarmfab(*args: str | Path, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -36,8 +40,8 @@ def test_run_export_report(tmp_path: Path) -> None:
     goal.write_text(GOAL)
     db, workdir = tmp_path / "x.db", tmp_path / "work"
 
-    done = swarmfab("run", goal, "--budget", "40s", "--db", db, "--workdir", workdir,
-                    cwd=tmp_path, timeout=240)
+    done = swarmfab("run", goal, "--max-evaluations", EVALUATIONS, "--db", db,
+                    "--workdir", workdir, cwd=tmp_path, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert "champion" in done.stdout
@@ -144,25 +148,60 @@ def _installed_package_matches_the_reference(out: Path, tmp_path: Path) -> None:
     assert str(site) in used.stdout
 
 
-def test_an_exported_package_refuses_a_cpu_without_the_features_it_was_verified_on(
-    tmp_path: Path,
-) -> None:
+MADE_UP_FEATURE = "avx9000"  # no CPU reports it
+
+
+def _package_requiring(required: list[str], tmp_path: Path) -> Path:
+    """An exported KDA package (the template at its default knobs) whose import checks
+    for ``required``; returns the directory to put on PYTHONPATH."""
+    from swarmfab.kernels import design_space
     from swarmfab.report.export import _init_source
 
     class FakeRun:
         workload, id = "kda", "r1"
-
-    from swarmfab.kernels import design_space
 
     space = design_space("kda")
     champion = space.instantiate(space.default(), threads=1)
     package = tmp_path / "kda_champion"
     package.mkdir()
     (package / champion.entry).write_text(champion.sources[champion.entry])
-    (package / "__init__.py").write_text(
-        _init_source("kda_champion", FakeRun(), champion, ["avx512f", "avx9000"]))
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    used = subprocess.run([sys.executable, "-c", "import kda_champion"], capture_output=True,
+    (package / "__init__.py").write_text(_init_source("kda_champion", FakeRun(), champion,
+                                                      required))
+    return tmp_path
+
+
+def _import_package(path: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(path), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, "-c", "import kda_champion"], capture_output=True,
                           text=True, env=env, cwd=tmp_path, timeout=120, check=False)
+
+
+def _a_feature_this_host_has() -> str:
+    """A vector feature the running CPU reports (what a package verified here requires)."""
+    from swarmfab.kernels._host import host_cpu_flags
+    from swarmfab.report.export import _VECTOR_FEATURES
+
+    flags = host_cpu_flags()
+    present = [feature for feature in _VECTOR_FEATURES if feature in flags]
+    if not present:
+        pytest.skip("this CPU reports none of the vector features an export checks for")
+    return present[-1]  # the last the export lists: fma on an AVX2 CPU, later on newer ones
+
+
+def test_an_exported_package_refuses_a_cpu_without_the_features_it_was_verified_on(
+    tmp_path: Path,
+) -> None:
+    present = _a_feature_this_host_has()
+    used = _import_package(_package_requiring([present, MADE_UP_FEATURE], tmp_path), tmp_path)
     assert used.returncode != 0
-    assert "this host lacks avx9000" in used.stderr
+    message = used.stderr.strip().splitlines()[-1]
+    assert f"was verified on a CPU with {present}, {MADE_UP_FEATURE};" in message, message
+    assert f"this host lacks {MADE_UP_FEATURE}. " in message, message  # that one alone
+    assert not (tmp_path / "cache").exists()  # refused before building anything
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_an_exported_package_requiring_only_what_the_host_has_imports(tmp_path: Path) -> None:
+    used = _import_package(_package_requiring([_a_feature_this_host_has()], tmp_path), tmp_path)
+    assert used.returncode == 0, used.stderr
+    assert any((tmp_path / "cache" / "kda_champion").glob("*/kernel.so"))  # built at import
