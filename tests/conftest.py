@@ -1,9 +1,14 @@
-"""Shared fixtures: the KDA workload, its design space and small file helpers.
+"""Shared fixtures: the KDA workload, its design space, the host's vector targets and small
+file helpers.
 
 Tests never touch the user's ``.swarmfab`` directory: every cache, store and champion
 goes under pytest's ``tmp_path``. Torch in the test process runs on one thread: the
 tensors here are tiny, and on a busy machine OpenMP threads spinning against other
 processes make them tens of times slower. (Sandboxed jobs set their own thread count.)
+
+Nothing here assumes the host's instruction set: the ``isa`` fixture offers every value
+the design space's vector knob can take on some CPU, and skips, saying why, the ones this
+CPU cannot run (an AVX2-only host skips ``avx512``; an AVX-512 host runs them all).
 """
 
 from __future__ import annotations
@@ -15,10 +20,23 @@ import pytest
 import torch
 
 from swarmfab.kernels import DesignSpace, design_space
+from swarmfab.kernels._host import all_isa_names, isa_targets
 from swarmfab.records import Candidate
 from swarmfab.workloads.kda import KDA
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(params=all_isa_names())
+def isa(request: pytest.FixtureRequest) -> str:
+    """A value of the ``isa`` knob this host can run; one it cannot is skipped with the
+    reason. Narrow it with ``@pytest.mark.parametrize("isa", [...], indirect=True)``."""
+    value = str(request.param)
+    here = [name for name, _ in isa_targets()]
+    if value not in here:
+        pytest.skip(f"this CPU cannot run {value} code (its targets: {', '.join(here)})")
+    return value
+
 
 @pytest.fixture
 def kda() -> KDA:

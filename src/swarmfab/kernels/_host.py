@@ -10,7 +10,7 @@ import functools
 import platform
 from pathlib import Path
 
-__all__ = ["IsaTarget", "host_cpu_flags", "isa_targets"]
+__all__ = ["IsaTarget", "all_isa_names", "host_cpu_flags", "isa_targets"]
 
 IsaTarget = tuple[str, tuple[str, ...]]  # knob value, compiler flags
 
@@ -48,3 +48,10 @@ def isa_targets(flags: frozenset[str] | None = None, machine: str | None = None
     if "avx512f" in flags:
         targets.append(("native-512", ("-march=native", "-mprefer-vector-width=512")))
     return tuple(targets)
+
+
+def all_isa_names() -> tuple[str, ...]:
+    """Every target name ``isa_targets`` offers on some host, plainest first (an x86-64
+    CPU with AVX-512 is offered them all): the values a stored setting may name, whatever
+    the host reading it."""
+    return tuple(name for name, _ in isa_targets(frozenset(_X86_64_V4), "x86_64"))
