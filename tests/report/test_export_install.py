@@ -1,6 +1,11 @@
 """`swarmfab export`: the champion installs into a fresh virtual environment, imports,
 matches the float64 reference, and refuses a CPU without the features it was verified on.
 
+The same holds for a champion built for each vector target the host can run (``avx2``
+on any x86-64-v3 CPU, ``avx512`` where the CPU has it; others skipped with the reason):
+the recorded run's champion is re-rendered for the target in a copy of the store, as if
+the run had crowned that setting.
+
 The fresh environment sees this interpreter's packages through a `.pth` line (torch,
 numpy, setuptools, swarmfab for the reference), so nothing is downloaded: `pip install
 --no-index --no-build-isolation DIR`.
@@ -17,12 +22,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 from typer.testing import CliRunner
 
+import swarmfab.report.export as exporting
 from swarmfab.cli import app
+from swarmfab.kernels import design_space
+from swarmfab.kernels._host import isa_targets
 from swarmfab.knowledge import Store
-from swarmfab.knowledge._schema import RunRow
+from swarmfab.knowledge._schema import CandidateRow, RunRow, VerdictRow
+from swarmfab.records import Candidate
 from swarmfab.report.export import _VECTOR_FEATURES
+
+pytestmark = pytest.mark.slow
 
 CHECK = """
 import torch
@@ -109,13 +121,33 @@ def test_an_exported_champion_installs_imports_and_matches_the_reference(
     assert any((tmp_path / "cache" / "kda_champion").glob("*/kernel.so"))  # built at import
 
 
+@pytest.mark.parametrize("isa", ["avx2", "avx512"], indirect=True)
+def test_an_exported_champion_built_for_each_vector_target_installs_and_matches(
+    recorded_run: Any, fresh_venv: Path, tmp_path: Path, isa: str,
+) -> None:
+    db, champion = _crowned_for(isa, recorded_run, tmp_path)
+    out = tmp_path / "exported"
+    name = f"kda_{isa.replace('-', '_')}"
+    _export(db, out, "--name", name)
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["candidate"] == champion.id
+    assert provenance["knobs"]["isa"] == isa
+    assert set(dict(isa_targets())[isa]) <= set(provenance["flags"])
+
+    _install(fresh_venv, out)
+    used = _use(fresh_venv, CHECK.format(name=name), tmp_path)
+    assert used.returncode == 0, used.stderr
+    assert f"site-packages/{name}" in used.stdout
+
+
 def test_an_exported_champion_refuses_a_cpu_without_its_features(
-    recorded_run: Any, fresh_venv: Path, tmp_path: Path,
+    recorded_run: Any, fresh_venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     present = set(_cpu_flags())
     absent = [f for f in _VECTOR_FEATURES if f not in present]
-    if not absent:
-        pytest.skip("this CPU has every vector feature an export checks for")
+    if not absent:  # this CPU has every feature an export checks for: add one no CPU has
+        absent = ["avx9000"]
+        monkeypatch.setattr(exporting, "_VECTOR_FEATURES", (*_VECTOR_FEATURES, *absent))
     db = recorded_run.copy_store(tmp_path)
     store = Store(db)
     with store.session() as session:  # as if the run had been recorded on a bigger CPU
@@ -135,6 +167,33 @@ def test_an_exported_champion_refuses_a_cpu_without_its_features(
     assert last.endswith(f"this host lacks {absent[0]}. Re-run swarmfab on this host to get a "
                          "kernel verified for it."), last
     assert not (tmp_path / "cache").exists()  # refused before building anything
+
+
+def _crowned_for(isa: str, recorded_run: Any, directory: Path) -> tuple[Path, Candidate]:
+    """A copy of the recorded store whose champion is the recorded one's setting with the
+    ``isa`` knob set to ``isa`` (its verdict moved to it), and that candidate."""
+    db = recorded_run.copy_store(directory)
+    store = Store(db)
+    recorded = store.candidate(recorded_run.champion_id)
+    space = design_space(recorded.workload)
+    threads = int(store.run(recorded_run.run_id).goal["threads"])
+    champion = space.instantiate({**recorded.knobs, "isa": isa}, threads=threads,
+                                 parents=recorded.parents, agent=recorded.agent,
+                                 rationale=recorded.rationale)
+    if champion.id == recorded.id:  # the run crowned this target itself
+        return db, champion
+    with store.session() as session:
+        session.add(CandidateRow(id=champion.id, workload=champion.workload,
+                                 backend=champion.backend, body=champion.to_dict(),
+                                 agent=champion.agent))
+        run = session.get(RunRow, recorded_run.run_id)
+        assert run is not None
+        run.champion_id = champion.id
+        verdict = session.scalars(select(VerdictRow).where(
+            VerdictRow.run_id == run.id, VerdictRow.candidate_id == recorded.id)).one()
+        verdict.candidate_id = champion.id
+        verdict.body = {**verdict.body, "candidate_id": champion.id}
+    return db, champion
 
 
 def _cpu_flags() -> list[str]:
