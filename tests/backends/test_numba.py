@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from swarmfab.backends import get_backend
@@ -13,6 +14,7 @@ from swarmfab.cli import app
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "candidates" / "kda_numba.py"
 
 
+@pytest.mark.slow  # Numba compiles the candidate in every sandboxed job
 def test_the_numba_example_is_verified_under_the_sandbox(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [
         "verify", "kda", str(EXAMPLE), "--backend", "numba", "--json", "--fuzz", "2",

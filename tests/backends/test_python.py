@@ -52,6 +52,7 @@ def test_backend_lookup_by_name_and_suffix() -> None:
         get_backend("fortran")
 
 
+@pytest.mark.slow  # torch.compile takes tens of seconds on a small machine
 def test_the_torch_compile_backend_compiles_forward_and_may_start_processes(
     tmp_path: Path,
 ) -> None:

@@ -14,7 +14,10 @@ fix lands they turn into failures and the row moves to the caught side.
 Timing exploits cannot be seen by ``verify`` (it does not time); they are run through
 ``swarmfab bench`` and through :meth:`Evaluator.evaluate`, which decides champions.
 
-All verifications share one module-scoped store and build cache.
+All verifications share one module-scoped store and build cache. Python candidates do
+their math in torch inside the sandbox, seconds to tens of seconds each, and the timing
+checks time real kernels: those are marked slow (``make test-fast`` leaves them out);
+the C rows and the escape attempt run there too.
 """
 
 from __future__ import annotations
@@ -140,7 +143,7 @@ CATALOGUE: list[Row] = [
 
 
 def _param(row: Row) -> object:
-    marks = [needs_cc] if row.file.endswith(".c") else []
+    marks = [needs_cc] if row.file.endswith(".c") else [pytest.mark.slow]
     if row.hole:
         marks.append(pytest.mark.xfail(strict=True, reason=f"hole: {row.hole}"))
     return pytest.param(row, id=Path(row.file).stem, marks=marks)
@@ -228,7 +231,7 @@ def test_the_rendered_template_is_accepted(
 
 @pytest.mark.parametrize("file", [
     pytest.param("honest_plain.c", marks=needs_cc, id="honest_plain"),
-    pytest.param("honest_chunked.py", id="honest_chunked"),
+    pytest.param("honest_chunked.py", marks=pytest.mark.slow, id="honest_chunked"),
 ])
 def test_honest_controls_are_accepted(file: str, workdir: Path) -> None:
     code, verdict = verify(CANDIDATES / file, workdir)
@@ -238,6 +241,7 @@ def test_honest_controls_are_accepted(file: str, workdir: Path) -> None:
 # -- holes that need more than one verification ------------------------------------
 
 
+@pytest.mark.slow
 def test_a_candidate_that_recognises_the_verification_inputs(workdir: Path) -> None:
     """Every seed is salted with a secret per verification: nothing is recognisable."""
     code, verdict = verify(CANDIDATES / "py_recognises_inputs.py", workdir,
@@ -245,6 +249,7 @@ def test_a_candidate_that_recognises_the_verification_inputs(workdir: Path) -> N
     assert_rejected(code, verdict, ())
 
 
+@pytest.mark.slow
 def test_the_input_recogniser_is_wrong_on_inputs_it_has_not_seen(workdir: Path) -> None:
     """With another fuzzing seed too, the shortcut fails."""
     code, verdict = verify(CANDIDATES / "py_recognises_inputs.py", workdir, "--seed", "1",
@@ -265,6 +270,7 @@ def test_a_candidate_cannot_write_outside_its_job_directory(workdir: Path) -> No
 # -- timing: `swarmfab bench` --------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("file", [
     pytest.param("py_patched_perf_counter.py", id="patched_perf_counter"),
     pytest.param("py_fake_clock.py", id="fake_clock", marks=pytest.mark.xfail(
@@ -315,6 +321,7 @@ def evaluate(evaluator: Evaluator, file: str) -> tuple[Status, str]:
     return verdict.status, verdict.reason
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("file", "expect", "why"), [
     pytest.param("py_fake_clock_blatant.py", "impossible",
                  "a clock that sees none of the candidate's time", id="fake_clock_blatant"),
