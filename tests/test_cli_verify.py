@@ -67,3 +67,17 @@ def test_verify_builds_with_the_header_flags_and_shows_a_build_failure_once(
     assert "verdict: build_failed" in result.output
     assert result.output.count("unrecognized command-line option") == 1, result.output
     assert "┃ case" not in result.output
+
+
+def test_verify_on_a_champions_own_source_names_the_champion(tmp_path: Path) -> None:
+    """A rendered source carries its build flags, so the file alone is the champion."""
+    from swarmfab._cli_candidate import candidate_from_file
+    from swarmfab.kernels import design_space
+
+    space = design_space("kda")
+    setting = {**space.default(), "algorithm": "recurrent", "optimisation": "O2"}
+    champion = space.instantiate(setting, threads=1)
+    source = tmp_path / "champion" / champion.entry
+    source.parent.mkdir()
+    source.write_text(champion.sources[champion.entry])
+    assert candidate_from_file("kda", source).id == champion.id

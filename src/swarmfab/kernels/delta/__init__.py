@@ -19,6 +19,7 @@ and are judged once.
 from __future__ import annotations
 
 import functools
+import shlex
 from importlib import resources
 
 from swarmfab.kernels._host import isa_targets
@@ -88,11 +89,14 @@ def _render(
         f"#define DELTA_HUGE_OUTPUTS {1 if setting['output_pages'] == 'huge' else 0}",
         *knobs,
     ]
-    source = ("/* knobs chosen by swarmfab */\n" + "\n".join(defines) + "\n\n"
+    isa = dict(isa_targets())[str(setting["isa"])]
+    flags = (*_OPTIMISATION[str(setting["optimisation"])], *isa)
+    # the build flags travel with the source: `swarmfab verify` builds it with them
+    source = (f"/* swarmfab flags: {shlex.join(flags)} */\n"
+              "/* knobs chosen by swarmfab */\n" + "\n".join(defines) + "\n\n"
               + _template("common.h") + "\n" + _template(f"{algorithm}.c"))
     entry = f"{workload}_{algorithm}.c"
-    isa = dict(isa_targets())[str(setting["isa"])]
-    return {entry: source}, entry, (*_OPTIMISATION[str(setting["optimisation"])], *isa)
+    return {entry: source}, entry, flags
 
 
 def delta_space(workload: str) -> DesignSpace:

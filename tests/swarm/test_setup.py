@@ -1,0 +1,118 @@
+"""A run's setup and budget: estimated before it starts, reused across runs, logged, and
+the whole command within its budget plus the stated grace."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from swarmfab.agents.builtin import RestartAgent, domain_agents
+from swarmfab.errors import GoalError
+from swarmfab.evaluation import Evaluator
+from swarmfab.goal import Goal
+from swarmfab.kernels import design_space
+from swarmfab.knowledge import Store
+from swarmfab.sandbox import Limits
+from swarmfab.swarm import Run
+from swarmfab.swarm.budget import SETUP_SHARE, Budget
+from swarmfab.swarm.setup import Setup
+from swarmfab.workloads import get_workload
+
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+SMALL = [{"B": 1, "T": 64, "H": 2, "K": 16, "V": 16},
+         {"B": 2, "T": 1, "H": 2, "K": 16, "V": 16, "initial_state": True}]
+RMSNORM = Path(__file__).parents[2] / "examples" / "workloads" / "rmsnorm.py"
+
+
+def _goal(**fields: object) -> Goal:
+    return Goal.model_validate({"workload": "kda", "budget": "60s", "threads": 1, "seed": 1,
+                                "shapes": SMALL, **fields})
+
+
+def _evaluator(goal: Goal, tmp_path: Path) -> Evaluator:
+    workload = get_workload(goal.workload)
+    return Evaluator(workload, goal.target_shapes(), tmp_path / "cache", threads=1,
+                     tolerances=workload.tolerances(torch.float32), limits=Limits(wall_s=60),
+                     seed=goal.seed)
+
+
+def _setup(goal: Goal, store: Store, tmp_path: Path, lines: list[str]) -> Setup:
+    return Setup(goal, store, _evaluator(goal, tmp_path), lines.append, lambda phase: None)
+
+
+def test_the_setup_is_estimated_from_probe_shapes_and_each_step_is_logged(
+        tmp_path: Path) -> None:
+    lines: list[str] = []
+    setup = _setup(_goal(), Store(tmp_path / "x.db"), tmp_path, lines)
+    estimate = setup.check(Budget(time.monotonic(), 60.0))
+    assert estimate is not None and 0 < estimate.total_s < 30
+    assert set(estimate.references_s) == {"B1 T64 H2 K16 V16", "B2 T1 H2 K16 V16 +h0"}
+    calibration = setup.run()
+    assert calibration.fastest.keys() == estimate.references_s.keys()
+    assert any(line.startswith("setup estimate: about") for line in lines)
+    assert "computing references 1/2: B1 T64 H2 K16 V16" in lines
+    assert "computing references 2/2: B2 T1 H2 K16 V16 +h0" in lines
+    assert any(line.startswith("baselines on B1 T64 H2 K16 V16 (estimated)") for line in lines)
+
+
+def test_a_budget_the_setup_would_not_fit_is_refused_at_once(tmp_path: Path) -> None:
+    goal = _goal(shapes=[{"B": 1, "T": 2048, "H": 4, "K": 64, "V": 64}])
+    setup = _setup(goal, Store(tmp_path / "x.db"), tmp_path, [])
+    estimate = setup.estimate or setup._estimate()
+    assert estimate is not None
+    tiny = estimate.total_s / SETUP_SHARE / 4  # a quarter of what the setup needs
+    started = time.monotonic()
+    with pytest.raises(GoalError) as refused:
+        setup.check(Budget(started, tiny))
+    assert time.monotonic() - started < 30  # at once: nothing but the probe was run
+    message = str(refused.value)
+    assert "would take about" in message and "B1 T2048 H4 K64 V64" in message
+    assert "--budget" in message and "fewer or smaller shapes" in message
+
+
+def test_baseline_timings_measured_side_by_side_are_reused_by_the_next_run(
+        tmp_path: Path) -> None:
+    """A workload without a probe shape times its baselines in jobs once per host."""
+    goal = Goal.model_validate({"workload": str(RMSNORM), "budget": "60s", "threads": 1})
+    store = Store(tmp_path / "x.db")
+    first: list[str] = []
+    setup = _setup(goal, store, tmp_path, first)
+    assert setup.check(Budget(time.monotonic(), 60.0)) is None  # no probe: no estimate
+    timed = setup.run()
+    assert any(line.startswith("timing baselines 1/") for line in first)
+    again: list[str] = []
+    second = _setup(goal, store, tmp_path, again)
+    second.evaluator.side_by_side = None  # type: ignore[assignment,method-assign]
+    recalled = second.run()  # would fail if it timed anything
+    assert recalled.seconds == timed.seconds and recalled.fastest == timed.fastest
+    assert not any(line.startswith("timing baselines") for line in again)
+    assert all("(stored)" in line for line in again if line.startswith("baselines on"))
+    other_threads = Goal.model_validate({**goal.model_dump(by_alias=True), "threads": 2})
+    assert _setup(other_threads, store, tmp_path, []).cached == dict.fromkeys(timed.seconds)
+
+
+@needs_gcc
+@pytest.mark.slow
+def test_a_run_ends_within_its_budget_counted_from_the_command_start(tmp_path: Path) -> None:
+    """The command's first seconds (imports, the store) count; the closing table is
+    sized to what is left; the run ends by the budget plus the stated grace."""
+    goal = _goal(budget="25s", workers=1)
+    store = Store(tmp_path / "x.db")
+    space = design_space("kda")
+    started = time.monotonic() - 4.0  # as if the command had started 4 s ago
+    lines: list[str] = []
+    run = Run(goal, store, _evaluator(goal, tmp_path), space, domain_agents(space.knobs),
+              tmp_path, log=lines.append, fallback=RestartAgent(), started=started)
+    result = run.execute()
+    ended = time.monotonic() - started
+    assert result.status == "finished"
+    assert result.evaluations >= 1, lines
+    assert ended <= goal.budget_s + run.budget.grace_s, lines
+    assert any("budget 25 s (+15 s grace), setup included" in line for line in lines)
+    if result.champion is not None:  # the closing table's medians serve the next run
+        again = _setup(goal, store, tmp_path, [])
+        assert all(known is not None for known in again.cached.values())
