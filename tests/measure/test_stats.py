@@ -140,3 +140,23 @@ def test_time_interleaved_gives_every_implementation_the_same_number_of_calls() 
     assert len(samples["a"]) == len(samples["b"]) == 3
     assert counts["a"] == counts["b"]
     assert all(s < 1e-3 for s in samples["a"])  # seconds per call, not per sample
+
+
+def test_a_long_call_gets_no_untimed_call_before_its_samples_but_a_short_one_does() -> None:
+    """Evaluations against a slow baseline: its switch cost is a small share of a call,
+    so it is not called twice per sample (which would triple an evaluation's time)."""
+    counts = {"slow": 0, "fast": 0}
+
+    def call(name: str, seconds: float) -> Callable[[], None]:
+        def run() -> None:
+            counts[name] += 1
+            time.sleep(seconds)
+
+        return run
+
+    policy = TimingPolicy(min_rounds=3, max_rounds=3, warmup_calls=2, long_call_s=0.05)
+    samples = time_interleaved({"slow": call("slow", 0.06), "fast": call("fast", 0.002)},
+                               policy, reference="slow")
+    assert len(samples["slow"]) == len(samples["fast"]) == 3
+    assert counts["slow"] == 1 + 3  # one warm-up call, then only the samples
+    assert counts["fast"] >= 2 + 2 * 3  # warm-up rounds, and an untimed call per sample

@@ -35,7 +35,14 @@ from swarmfab.evaluation._worker import (
     benchmark_shapes,
     run_cases,
 )
-from swarmfab.measure import CONFIRMATION, TimingPolicy, classify, median_ci, paired_ratio
+from swarmfab.measure import (
+    CONFIRMATION,
+    EVALUATION,
+    TimingPolicy,
+    classify,
+    median_ci,
+    paired_ratio,
+)
 from swarmfab.measure.roofline import IMPOSSIBLE_FRACTION, HostPeaks
 from swarmfab.records import Candidate, CheckResult, Estimate, ShapeTiming, Status, Verdict
 from swarmfab.sandbox import JobOutcome, JobStatus, Limits, run_job
@@ -124,7 +131,7 @@ class Evaluator:
         self.threads = threads
         self.tolerances = tolerances
         self.limits = limits
-        self.policy = policy or TimingPolicy()
+        self.policy = policy or EVALUATION
         self.cases = list(cases) if cases is not None else workload.validation_cases()
         # every seed a candidate meets is salted with a secret, so no candidate can
         # recognise the verification inputs and be honest on those alone

@@ -26,6 +26,7 @@ from swarmfab.measure.stats import paired_ratio
 
 __all__ = [
     "CONFIRMATION",
+    "EVALUATION",
     "HostStopwatch",
     "Stopwatch",
     "TimingPolicy",
@@ -47,11 +48,21 @@ class TimingPolicy:
     target_width: float = 0.02
     min_sample_s: float = 1e-3  # short calls are repeated so one sample lasts at least this
     flush_bytes: int = 0  # > 0: write this many bytes before every timed sample (cold cache)
+    # a call at least this long needs neither warm-up rounds after its first call nor an
+    # untimed call before each sample: what a switch costs (a thread pool waking up, a
+    # few milliseconds) is a small share of it, and a slow baseline on a large shape
+    # would otherwise triple an evaluation's time; inf: every call gets both
+    long_call_s: float = math.inf
 
     @property
     def cache(self) -> str:
         return "cold" if self.flush_bytes else "warm"
 
+
+EVALUATION = TimingPolicy(long_call_s=0.25)
+"""Candidates against their incumbent: switching costs are kept out of every sample but
+those of calls over a quarter of a second (a PyTorch baseline on a large shape), where
+they are at most a few percent against ratios of many times."""
 
 CONFIRMATION = TimingPolicy(min_rounds=10, max_rounds=200, max_seconds=8.0, target_width=0.01)
 """A stricter policy for figures shown to the user (the closing table, ``swarmfab bench``)."""
@@ -98,7 +109,8 @@ def time_interleaved(
     """
     watch = stopwatch or HostStopwatch(policy.flush_bytes)
     names = list(calls)
-    shortest = _warm_up(calls, policy.warmup_calls, watch)
+    first = _warm_up(calls, policy.warmup_calls, watch, long_call_s=policy.long_call_s)
+    shortest = min(first.values())
     # cold samples time one call each: repeating it would warm the cache again
     inner = 1 if watch.cold else max(1, math.ceil(policy.min_sample_s / max(shortest, 1e-9)))
     samples: dict[str, list[float]] = {name: [] for name in names}
@@ -106,7 +118,8 @@ def time_interleaved(
     for round_index in range(policy.max_rounds):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
-            calls[name]()  # untimed: the switch from another implementation (module doc)
+            if first[name] < policy.long_call_s:
+                calls[name]()  # untimed: the switch from another implementation (module doc)
             watch.evict(round_index)  # untimed
             samples[name].append(watch.seconds(calls[name], inner))
         if round_index + 1 >= policy.min_rounds and (
@@ -118,24 +131,29 @@ def time_interleaved(
 
 
 def _warm_up(
-    calls: dict[str, Callable[[], object]], count: int, watch: Stopwatch, settle: float = 0.05
-) -> float:
+    calls: dict[str, Callable[[], object]], count: int, watch: Stopwatch, settle: float = 0.05,
+    long_call_s: float = math.inf,
+) -> dict[str, float]:
     """Warm every implementation in lock-step rounds: at least ``count`` rounds, then until
     each one's last two calls agree within ``settle`` (caches, page faults and lazy
     initialisation are done); at most 4x ``count`` rounds or one second. Everyone gets the
-    same number of warm-up calls. Returns the fastest call's seconds."""
-    best, started = math.inf, _clock()
+    same number of warm-up calls, but for calls of at least ``long_call_s``: one is enough
+    for them. Returns each implementation's fastest warm-up call, in seconds."""
+    started = _clock()
+    fastest = dict.fromkeys(calls, math.inf)
     previous = dict.fromkeys(calls, math.inf)
     for index in range(max(1, 4 * count)):
         settled = True
         for name, call in calls.items():
+            if index > 0 and fastest[name] >= long_call_s:
+                continue
             seconds = watch.seconds(call, 1)
-            best = min(best, seconds)
+            fastest[name] = min(fastest[name], seconds)
             settled &= abs(seconds - previous[name]) <= settle * min(seconds, previous[name])
             previous[name] = seconds
         if index + 1 >= count and (settled or _clock() - started > 1.0):
             break
-    return best
+    return fastest
 
 
 def _precise(samples: dict[str, list[float]], reference: str, width: float) -> bool:
