@@ -19,7 +19,7 @@ from swarmfab.knowledge import Store
 from swarmfab.sandbox import Limits
 from swarmfab.swarm import Run
 from swarmfab.swarm.budget import SETUP_SHARE, Budget
-from swarmfab.swarm.setup import Setup
+from swarmfab.swarm.setup import Setup, busy_cores
 from swarmfab.workloads import get_workload
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -49,7 +49,7 @@ def test_the_setup_is_estimated_from_probe_shapes_and_each_step_is_logged(
     lines: list[str] = []
     setup = _setup(_goal(), Store(tmp_path / "x.db"), tmp_path, lines)
     estimate = setup.check(Budget(time.monotonic(), 60.0))
-    assert estimate is not None and 0 < estimate.total_s < 30
+    assert estimate is not None and 0 < estimate.setup_s < 30
     assert set(estimate.references_s) == {"B1 T64 H2 K16 V16", "B2 T1 H2 K16 V16 +h0"}
     calibration = setup.run()
     assert calibration.fastest.keys() == estimate.references_s.keys()
@@ -64,14 +64,30 @@ def test_a_budget_the_setup_would_not_fit_is_refused_at_once(tmp_path: Path) -> 
     setup = _setup(goal, Store(tmp_path / "x.db"), tmp_path, [])
     estimate = setup.estimate or setup._estimate()
     assert estimate is not None
-    tiny = estimate.total_s / SETUP_SHARE / 4  # a quarter of what the setup needs
+    tiny = estimate.setup_s / SETUP_SHARE / 4  # a quarter of what the setup needs
     started = time.monotonic()
     with pytest.raises(GoalError) as refused:
         setup.check(Budget(started, tiny))
     assert time.monotonic() - started < 30  # at once: nothing but the probe was run
     message = str(refused.value)
-    assert "would take about" in message and "B1 T2048 H4 K64 V64" in message
+    assert "the setup alone would take about" in message and "B1 T2048 H4 K64 V64" in message
     assert "--budget" in message and "fewer or smaller shapes" in message
+
+
+def test_other_processes_keeping_cores_busy_are_seen() -> None:
+    """The load warning's reading: a spinning child shows up as about one busy core."""
+    import subprocess
+    import sys
+
+    quiet = busy_cores()
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        busy = busy_cores(0.5)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert busy >= min(0.7, quiet + 0.5), (quiet, busy)
 
 
 def test_baseline_timings_measured_side_by_side_are_reused_by_the_next_run(

@@ -3,8 +3,9 @@
 Before spending anything the setup estimates its own cost: the workload names a cheap
 probe shape for each target (for the delta rule, the first 64 tokens), and the reference
 and every baseline are timed on it in this process and scaled up. A budget whose setup
-and minimal closing table would take more than :data:`SETUP_SHARE` of it is refused at
-once, with the estimate and what to lower.
+would take more than :data:`SETUP_SHARE` of it is refused at once, with the estimate and
+what to lower. (The closing table adapts to the time left, so it is only reported.) A host
+whose cores other processes keep busy is named: its timings are slow and noisy.
 
 The baselines only pick the first incumbent on each shape (the fastest); the closing
 table times them side by side with the champion. So the probe's scaled times choose the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,9 +40,10 @@ from swarmfab.measure.roofline import host_fingerprint
 from swarmfab.swarm.budget import SETUP_SHARE, Budget
 from swarmfab.swarm.hosts import host_peaks
 from swarmfab.verify import probes
-from swarmfab.workloads import Case
+from swarmfab.workloads import Case, Inputs
 
-__all__ = ["CALIBRATION", "FINAL_MIN_ROUNDS", "Calibration", "Setup", "SetupEstimate"]
+__all__ = ["CALIBRATION", "FINAL_MIN_ROUNDS", "Calibration", "Setup", "SetupEstimate",
+           "busy_cores"]
 
 # baselines only pick the first incumbent: one round (an untimed and a timed call) is
 # enough where a call is long; short calls get a few rounds within a second
@@ -48,7 +51,6 @@ CALIBRATION = TimingPolicy(min_rounds=1, max_rounds=5, max_seconds=1.0, warmup_c
 FINAL_MIN_ROUNDS = 2  # the closing table's samples per implementation, at the least
 PEAKS_ESTIMATE_S = 4.0  # measuring the host's peaks (FMA loop, GEMM, copy)
 JOB_ESTIMATE_S = 1.0  # starting one sandboxed job and staging its inputs
-COMPILE_ESTIMATE_S = 20.0  # a compiling baseline (torch.compile), per shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,25 +64,25 @@ class Calibration:
 
 @dataclass(frozen=True, slots=True)
 class SetupEstimate:
-    """Seconds the setup and the closing table are expected to take, per target shape,
-    and each baseline's estimated time per call there."""
+    """Seconds the setup is expected to take per target shape; the closing table's
+    fewest rounds (fastest baseline only) for information; each baseline's estimated
+    time per call on each shape."""
 
     references_s: dict[str, float]
-    closing_s: dict[str, float]  # the closing table's fewest rounds, fastest baseline only
     peaks_s: float
+    closing_s: dict[str, float]
     calls: dict[str, dict[str, float]]  # shape -> baseline -> seconds per call (scaled)
 
     @property
-    def total_s(self) -> float:
-        return sum(self.references_s.values()) + sum(self.closing_s.values()) + self.peaks_s
+    def setup_s(self) -> float:
+        return sum(self.references_s.values()) + self.peaks_s
 
     def costliest(self) -> str:
-        return max(self.references_s,
-                   key=lambda label: self.references_s[label] + self.closing_s[label])
+        return max(self.references_s, key=lambda label: self.references_s[label])
 
     def describe(self) -> str:
         return (f"references {sum(self.references_s.values()):.0f} s, host peaks "
-                f"{self.peaks_s:.0f} s, the closing table at least "
+                f"{self.peaks_s:.0f} s; then the closing table, at least "
                 f"{sum(self.closing_s.values()):.0f} s")
 
 
@@ -103,21 +105,27 @@ class Setup:
 
     # -- the estimate ----------------------------------------------------------------
     def check(self, budget: Budget) -> SetupEstimate | None:
-        """Refuse at once a budget the setup alone would not fit (GoalError)."""
+        """Refuse at once a budget the setup alone would not fit (GoalError); say when
+        other work keeps this host's cores busy."""
+        busy = busy_cores()
+        if busy >= 0.5:
+            self._log(f"warning: other processes keep {busy:.1f} of this host's "
+                      f"{os.cpu_count()} cores busy: timings will be slow and noisy, and a "
+                      "multi-threaded benchmark stalls whenever one of its threads waits for "
+                      "a busy core (figures from a quiet host are what to compare)")
         self._log("estimating the setup's cost on probe shapes")
         estimate = self.estimate = self._estimate()
         if estimate is None:
             return None
-        self._log(f"setup estimate: about {estimate.total_s:.0f} s ({estimate.describe()})")
-        if estimate.total_s > SETUP_SHARE * budget.seconds:
-            costliest = estimate.costliest()
-            needed = 10 * math.ceil(estimate.total_s / SETUP_SHARE / 10)
+        self._log(f"setup estimate: about {estimate.setup_s:.0f} s ({estimate.describe()})")
+        if estimate.setup_s > SETUP_SHARE * budget.seconds:
+            needed = 10 * math.ceil(estimate.setup_s / SETUP_SHARE / 10)
             raise GoalError(
-                f"the setup and the closing table alone would take about "
-                f"{estimate.total_s:.0f} s of the {budget.seconds:.0f} s budget "
-                f"({estimate.describe()}); at most {SETUP_SHARE:.0%} of a budget may go to "
-                f"them. The costliest shape is {costliest}. Give --budget {needed}s or more, "
-                "or fewer or smaller shapes.")
+                f"the setup alone would take about {estimate.setup_s:.0f} s of the "
+                f"{budget.seconds:.0f} s budget ({estimate.describe()}); at most "
+                f"{SETUP_SHARE:.0%} of a budget may go to it. The costliest shape is "
+                f"{estimate.costliest()}. Give --budget {needed}s or more, or fewer or "
+                "smaller shapes.")
         return estimate
 
     def _estimate(self) -> SetupEstimate | None:
@@ -126,36 +134,39 @@ class Setup:
         references: dict[str, float] = {}
         closing: dict[str, float] = {}
         calls: dict[str, dict[str, float]] = {}
-        forwards = workload.baselines()
-        compiling = workload.compiling_baselines
         with _torch_threads(self.goal.threads):
             for case in self.evaluator.targets:
                 probe = workload.probe_shape(case.shape)
                 if probe is None:
                     return None
                 shape, factor = probe
-                begin = time.perf_counter()
-                inputs = workload.make_inputs(Case("setup probe", shape, seed=case.seed))
-                inputs_s = factor * (time.perf_counter() - begin)
-                with torch.no_grad():
-                    workload.reference(inputs)
                 label = case.shape.label
-                references[label] = 2 * factor * (time.perf_counter() - begin)  # and twin
-                known = self.cached[label] or {}
-                calls[label] = {}
-                for name in self.names:
-                    if name in known or name in compiling:
-                        calls[label][name] = known.get(name, math.inf)
-                        continue
-                    workload.call(forwards[name], inputs)  # untimed, as in the protocol
-                    begin = time.perf_counter()
-                    workload.call(forwards[name], inputs)
-                    calls[label][name] = factor * (time.perf_counter() - begin)
-                fastest = min(calls[label][n] for n in self.names if n not in compiling)
+                inputs = workload.make_inputs(Case("setup probe", shape, seed=case.seed))
+                inputs_s = factor * _fastest(workload.make_inputs,
+                                             Case("setup probe", shape, seed=case.seed))
+                with torch.no_grad():
+                    references[label] = 2 * (inputs_s + factor * _fastest(
+                        workload.reference, inputs))  # the target and its twin
+                calls[label] = self._probe_baselines(label, inputs, factor)
+                fastest = min(calls[label][name] for name in self.names
+                              if name not in workload.compiling_baselines)
                 closing[label] = JOB_ESTIMATE_S + 2 * inputs_s + 2 * FINAL_MIN_ROUNDS * fastest
         stored = self.goal.device == "cpu" and self.store.host_peaks(
             host_fingerprint(self.goal.threads)) is not None
-        return SetupEstimate(references, closing, 0.0 if stored else PEAKS_ESTIMATE_S, calls)
+        return SetupEstimate(references, 0.0 if stored else PEAKS_ESTIMATE_S, closing, calls)
+
+    def _probe_baselines(self, label: str, inputs: Inputs, factor: float) -> dict[str, float]:
+        """Each baseline's seconds per call on the shape: stored, else the probe's time
+        scaled up (a compiling baseline is not called here: unknown, inf)."""
+        workload = self.evaluator.workload
+        forwards, known = workload.baselines(), self.cached[label] or {}
+        seconds = {}
+        for name in self.names:
+            if name in known or name in workload.compiling_baselines:
+                seconds[name] = known.get(name, math.inf)
+            else:
+                seconds[name] = factor * _fastest(workload.call, forwards[name], inputs)
+        return seconds
 
     # -- the setup itself ------------------------------------------------------------
     def run(self) -> Calibration:
@@ -248,6 +259,35 @@ class Setup:
         if known is None or any(name not in known for name in self.names):
             return None
         return {name: float(known[name]) for name in self.names}
+
+
+def _fastest(call: Callable[..., object], *args: object, repeats: int = 2) -> float:
+    """The fastest of a few calls: the first pays one-time costs a long call amortises."""
+    best = math.inf
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        call(*args)
+        best = min(best, time.perf_counter() - begin)
+    return best
+
+
+def busy_cores(interval_s: float = 0.25) -> float:
+    """How many cores other processes kept busy over ``interval_s`` (this process is
+    idle meanwhile), from /proc/stat; 0 where it cannot be read."""
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields[:8]), idle
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(interval_s)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    if total1 <= total0:
+        return 0.0
+    return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / (total1 - total0))
 
 
 @contextmanager

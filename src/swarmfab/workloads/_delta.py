@@ -42,7 +42,7 @@ from swarmfab.workloads._delta_fuzz import draw_delta_cases
 
 __all__ = ["GatedDeltaRule"]
 
-_PROBE_TOKENS = 64  # tokens of the shape a setup estimate times
+_PROBE_TOKENS = 128  # tokens of the shape a setup estimate times
 _C_ARGTYPES = [ctypes.c_void_p] * 8 + [ctypes.c_float] + [ctypes.c_int64] * 6
 
 
