@@ -5,9 +5,26 @@ VENV ?= .venv
 # (or pre-install torch for their CUDA version into .venv first; see README).
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
+# two installs: what swarmfab needs to run (torch and the package), and the dev extras
+# (pytest, ruff, mypy, Playwright, Ray, transformers) on top for the tests and lint
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck bench bench-swarm bench-transfer bench-engine bench-policy gpu-compile-check clean
+# slow tests not marked `slow` (yet): the report and dashboard pages over a recorded run
+# (a real `swarmfab run` in their fixture, then Chromium), the policy benchmark's
+# command, and verifications of the recurrent template, which takes ~10 s to compile
+# (the red-team C rows check the same verdicts faster); `make test` runs them all
+FAST_DESELECT := \
+	--deselect tests/report/test_dashboard.py \
+	--deselect tests/report/test_html_report.py::test_the_report_is_one_file_that_needs_no_network \
+	--deselect tests/report/test_html_report.py::test_the_report_draws_every_chart_in_chromium \
+	--deselect tests/report/test_html_report.py::test_an_unwritable_report_path_is_a_clear_error \
+	--deselect tests/report/test_html_report.py::test_every_command_that_takes_a_run_accepts_latest \
+	--deselect tests/swarm/test_policy_bench.py::test_bench_policy_command_measures_real_candidates \
+	--deselect tests/test_cli.py::test_verify_accepts_the_rendered_template \
+	--deselect tests/test_cli.py::test_verify_rejects_wrong_output_and_names_the_failing_case
+
+.PHONY: demo test test-fast lint typecheck bench bench-swarm bench-transfer bench-engine bench-policy gpu-compile-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,18 +32,26 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e .
 	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(DEV_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/swarmfab run examples/goals/kda-demo.toml
 	$(BIN)/swarmfab export --out out/kda-champion
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(MAKE) lint
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP)
+# the suite without the tests marked slow and those above: a few minutes on 2 cores
+test-fast: $(DEV_STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" $(FAST_DESELECT)
+
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 
@@ -46,7 +71,7 @@ bench-transfer: $(STAMP)
 	$(BIN)/python scripts/bench_transfer.py --seeds 3 --evaluations 12
 
 # the inference engine vs transformers' generate on the tiny Kimi Linear, concurrency 1/8/32
-bench-engine: $(STAMP)
+bench-engine: $(DEV_STAMP)
 	$(BIN)/python scripts/bench_engine.py
 
 # every CUDA template setting (nvcc, sm_90a) and Triton kernel (GPUTarget cuda 90) compiled
