@@ -36,9 +36,10 @@ from swarmfab.records import Candidate, Lesson, Status, Verdict
 from swarmfab.swarm.archive import Archive, knob_descriptor
 from swarmfab.swarm.blackboard import Blackboard
 from swarmfab.swarm.budget import Budget
+from swarmfab.swarm.closing import plan_closing, summarise
 from swarmfab.swarm.executors import Evaluation, Executor, ExecutorFactory, LocalExecutor
 from swarmfab.swarm.gate import GateDecision, judge
-from swarmfab.swarm.setup import FINAL_MIN_ROUNDS, Calibration, Setup
+from swarmfab.swarm.setup import Calibration, Setup
 from swarmfab.swarm.status import RunStatus, StatusTracker
 from swarmfab.swarm.supervisor import Intervention, Supervisor
 from swarmfab.verify import draw_cases
@@ -170,7 +171,7 @@ class Run:
             status = "failed"  # the platform, not a candidate: the CLI reports the error
             raise
         finally:
-            summary = _summary(self.champion, final, champion_dir)
+            summary = summarise(self.champion, final, champion_dir)
             summary["archive"] = self.archive.summary()
             summary["overhead"] = self.overhead
             summary["search"] = {"seconds": self.search_s, "evaluations": self.evaluations,
@@ -465,46 +466,22 @@ class Run:
             self.incumbents[shape] = Implementation("champion", artifact=artifact, source=candidate)
 
     def _closing_table(self, baselines: list[str]) -> list[SideBySide]:
-        """The champion and the baselines side by side on every shape, sized so the
-        table ends with the budget: what is left is shared by the shapes in proportion to
-        the cost of one round there (each implementation after an untimed call). Where
-        even the fewest rounds of every baseline would not fit, only the baselines that
-        are the fastest somewhere are timed (the others stay in the log's estimates)."""
-        assert self.calibration is not None
+        """The champion and the baselines side by side on every shape, sized to end with
+        the budget (:mod:`swarmfab.swarm.closing`)."""
+        assert self.calibration is not None and self.champion is not None
         self._phase("confirming the champion side by side")
-        seconds = self.calibration.seconds
         champion = {t.shape: t.candidate_s.median for t in (
             self.champion_verdict.timings if self.champion_verdict else ())}
-        left = max(0.0, 0.8 * self.budget.left())
-
-        def round_costs(names: list[str]) -> dict[str, float]:
-            return {label: 2 * (sum(_finite(seconds[label][n]) for n in names)
-                                + champion.get(label, 0.0)) for label in seconds}
-
-        costs = round_costs(baselines)
-        if FINAL_MIN_ROUNDS * sum(costs.values()) > left:
-            fastest = set(self.calibration.fastest.values())
-            dropped = [name for name in baselines if name not in fastest]
-            baselines = [name for name in baselines if name in fastest]
-            costs = round_costs(baselines)
-            if dropped:
-                self.log(f"{', '.join(dropped)} left out of the closing table: "
-                         f"{left:.0f} s of the budget remain")
-        self.log(f"search over: timing the champion and {', '.join(baselines)} side by side")
-        total = sum(costs.values()) or 1.0
-        policies = {}
-        for label, cost in costs.items():
-            share = left * cost / total
-            fits = int(share // cost) if cost > 0 else CONFIRMATION.min_rounds
-            policies[label] = replace(
-                CONFIRMATION, min_rounds=max(FINAL_MIN_ROUNDS, min(CONFIRMATION.min_rounds, fits)),
-                max_seconds=max(0.5, min(CONFIRMATION.max_seconds, share)),
-                warmup_calls=0 if fits < CONFIRMATION.min_rounds else CONFIRMATION.warmup_calls)
-        assert self.champion is not None
+        plan = plan_closing(self.calibration, champion, baselines, 0.8 * self.budget.left())
+        if plan.dropped:
+            self.log(f"{', '.join(plan.dropped)} left out of the closing table: "
+                     f"{max(0.0, self.budget.left()):.0f} s of the budget remain")
+        self.log(f"search over: timing the champion and {', '.join(plan.baselines)} "
+                 "side by side")
         return self.evaluator.side_by_side(
             [Implementation("champion", artifact=self.evaluator.build(self.champion)),
-             *[Implementation(name, baseline=name) for name in baselines]],
-            CONFIRMATION, policies=policies)
+             *[Implementation(name, baseline=name) for name in plan.baselines]],
+            CONFIRMATION, policies=plan.policies)
 
     def _out_of_evaluations(self, evaluations: int) -> bool:
         limit = self.goal.max_evaluations
@@ -523,34 +500,6 @@ class Run:
 
         return {"machine": platform.machine(), "node": platform.node(),
                 "threads": self.goal.threads, **get_backend(self.space.backend).describe()}
-
-
-def _summary(champion: Candidate | None, final: list[SideBySide], where: Path | None
-             ) -> dict[str, Any]:
-    shapes = []
-    for table in final:
-        baselines = {n: e for n, e in table.seconds.items() if n != "champion"}
-        fastest = min(baselines, key=lambda n: baselines[n].median)
-        shapes.append({
-            "shape": table.shape,
-            "seconds": {n: [e.median, e.low, e.high] for n, e in table.seconds.items()},
-            "fastest_baseline": fastest,
-            "speedup": list(_as_tuple(table.ratio_to_reference[fastest])),
-            "samples": table.samples,
-            "roofline_fraction": table.roofline_fraction("champion"),
-        })
-    return {"champion": champion.id if champion else None,
-            "champion_dir": str(where) if where else None, "shapes": shapes}
-
-
-def _as_tuple(estimate: Any) -> tuple[float, float, float]:
-    values = (estimate.median, estimate.low, estimate.high)
-    return tuple(v if math.isfinite(v) else float("nan") for v in values)  # type: ignore[return-value]
-
-
-def _finite(seconds: float) -> float:
-    """A baseline's time per call; a compiling one's is unknown until timed (0 here)."""
-    return seconds if math.isfinite(seconds) else 0.0
 
 
 def _share(part_s: float, whole_s: float) -> float | None:
