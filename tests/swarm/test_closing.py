@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from swarmfab.measure import CONFIRMATION
-from swarmfab.swarm.closing import plan_closing
+from swarmfab.swarm.budget import Budget
+from swarmfab.swarm.closing import closing_reserve, plan_closing
 from swarmfab.swarm.setup import FINAL_MIN_ROUNDS, Calibration
 
 CALIBRATION = Calibration(
@@ -14,6 +15,7 @@ CALIBRATION = Calibration(
     {"big": "torch-recurrent", "small": "torch-chunked"},
     {"big": {"torch-recurrent": 0.4, "torch-chunked": 1.0, "torch-compile": math.inf},
      "small": {"torch-recurrent": 0.02, "torch-chunked": 0.01, "torch-compile": math.inf}},
+    {"big": 0.3, "small": 0.01},
 )
 NAMES = ["torch-recurrent", "torch-chunked", "torch-compile"]
 CHAMPION = {"big": 0.02, "small": 0.001}
@@ -21,7 +23,8 @@ CHAMPION = {"big": 0.02, "small": 0.001}
 
 def test_with_time_to_spare_every_baseline_is_timed_under_the_full_policy() -> None:
     plan = plan_closing(CALIBRATION, CHAMPION, NAMES, left_s=600.0)
-    assert plan.baselines == NAMES and plan.dropped == []
+    assert plan.baselines == NAMES and not plan.trimmed
+    assert plan.only == {"big": NAMES, "small": NAMES}
     assert all(p.min_rounds == CONFIRMATION.min_rounds for p in plan.policies.values())
     assert all(p.warmup_calls == CONFIRMATION.warmup_calls for p in plan.policies.values())
 
@@ -29,16 +32,29 @@ def test_with_time_to_spare_every_baseline_is_timed_under_the_full_policy() -> N
 def test_short_of_time_the_rounds_shrink_and_the_slow_shape_gets_the_larger_share() -> None:
     plan = plan_closing(CALIBRATION, CHAMPION, NAMES, left_s=20.0)
     big, small = plan.policies["big"], plan.policies["small"]
+    assert not plan.trimmed
     assert FINAL_MIN_ROUNDS <= big.min_rounds < CONFIRMATION.min_rounds
     assert big.warmup_calls == 0
     assert big.max_seconds > small.max_seconds
-    # rounds that fit: the planned time stays within what is left
-    round_big = 2 * (0.4 + 1.0 + 0.02)
+    # chunked (1 s) is timed once a round, the others after an untimed call
+    round_big = 1.0 + 2 * (0.4 + 0.02)
     assert big.min_rounds * round_big <= 20.0
 
 
-def test_when_even_the_fewest_rounds_do_not_fit_only_the_fastest_baselines_stay() -> None:
+def test_when_even_the_fewest_rounds_do_not_fit_each_shape_keeps_its_fastest() -> None:
     plan = plan_closing(CALIBRATION, CHAMPION, NAMES, left_s=3.0)
-    assert plan.baselines == ["torch-recurrent", "torch-chunked"]  # each fastest somewhere
-    assert plan.dropped == ["torch-compile"]
+    assert plan.trimmed
+    assert plan.only == {"big": ["torch-recurrent"], "small": ["torch-chunked"]}
+    assert plan.baselines == ["torch-recurrent", "torch-chunked"]
     assert all(p.min_rounds == FINAL_MIN_ROUNDS for p in plan.policies.values())
+
+
+def test_the_search_ends_early_enough_for_the_closing_table() -> None:
+    reserve = closing_reserve(CALIBRATION, CALIBRATION.inputs_s)
+    # per shape: a job, the inputs, a warm-up call and the fewest rounds of the fastest
+    big = 1.0 + 0.3 + 0.4 + FINAL_MIN_ROUNDS * 2 * 0.4
+    small = 1.0 + 0.01 + 0.01 + FINAL_MIN_ROUNDS * 2 * 0.01
+    assert math.isclose(reserve, big + small)
+    roomy, tight = Budget(0.0, 600.0, reserve), Budget(0.0, 20.0, reserve)
+    assert roomy.search_end == 0.8 * 600 and roomy.hard_end == 0.9 * 600
+    assert tight.search_end < 0.8 * 20 and tight.hard_end <= 20 - reserve

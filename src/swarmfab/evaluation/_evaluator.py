@@ -312,11 +312,13 @@ class Evaluator:
         *, shapes: Collection[str] | None = None,
         policies: Mapping[str, TimingPolicy] | None = None,
         progress: Callable[[int, int, str], None] | None = None,
+        only: Mapping[str, Collection[str]] | None = None,
     ) -> list[SideBySide]:
         """Time several implementations together on every target shape (first = reference).
 
         ``shapes`` limits it to those target labels; ``policies`` overrides ``policy`` per
-        label; ``progress(done, total, label)`` is told before each shape starts.
+        label; ``only`` names, per label, the implementations timed there (the reference
+        always is); ``progress(done, total, label)`` is told before each shape starts.
         One job per shape, each allowed at least :data:`SIDE_BY_SIDE_WALL_S`: the policy
         bounds how long timing goes on, and slow baselines on large shapes (a Python loop
         per token) may need more than one evaluation's limit on a busy machine."""
@@ -327,7 +329,11 @@ class Evaluator:
         for number, case in enumerate(cases):
             if progress is not None:
                 progress(number, len(cases), case.shape.label)
-            plan, stage = _staged([(case, implementations)])
+            chosen = implementations
+            if only is not None and case.shape.label in only:
+                chosen = [impl for number, impl in enumerate(implementations)
+                          if number == 0 or impl.name in only[case.shape.label]]
+            plan, stage = _staged([(case, chosen)])
             shape_policy = (policies or {}).get(case.shape.label, policy)
             outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads,
                                 shape_policy, None, self.device, limits=limits,

@@ -187,8 +187,9 @@ def benchmark_shapes(
             }
             spy = None
             if checked is not None:
-                pick = _SECRET_CHOICE.randint(policy.warmup_calls + 1,
-                                              policy.warmup_calls + policy.min_rounds)
+                # a call every implementation is sure to make: a long one gets a single
+                # warm-up call and one call per round (TimingPolicy.long_call_s)
+                pick = _SECRET_CHOICE.randint(2, 1 + policy.min_rounds)
                 twin = _on_device(workload.make_inputs(probes.twin_case(case)), device)
                 calls[checked] = spy = _Spy(calls[checked], pick, inputs, twin)
             with torch.no_grad():

@@ -11,7 +11,9 @@ started                                   search_end  hard_end          end   en
 ```
 
 No new evaluation starts after ``search_end``; evaluations still running at ``hard_end``
-are cancelled (no verdict); the closing side-by-side table is sized to what is left.
+are cancelled (no verdict); the closing side-by-side table is sized to what is left. Where
+the closing table's own need (``reserve_s``, from the baselines' measured times) is larger
+than its share, both move earlier.
 The command ends by ``end + grace``, the grace being what a process needs to wind down
 (the larger of 10% of the budget and 15 s), and is stated to the user up front.
 """
@@ -26,6 +28,7 @@ __all__ = ["FINAL_SHARE", "GRACE_SHARE", "SETUP_SHARE", "Budget"]
 FINAL_SHARE = 0.2  # of the budget kept for the closing side-by-side measurement
 GRACE_SHARE = FINAL_SHARE / 2  # evaluations in flight may finish in this part of it
 SETUP_SHARE = 0.5  # setup estimated above this share of the budget is refused up front
+RESERVE_MARGIN = 1.25  # the closing table's estimated need, with room for error
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,7 @@ class Budget:
 
     started: float
     seconds: float
+    reserve_s: float = 0.0  # kept free of evaluations at the end: the closing table's need
 
     @property
     def grace_s(self) -> float:
@@ -42,11 +46,14 @@ class Budget:
 
     @property
     def search_end(self) -> float:
-        return self.started + self.seconds * (1 - FINAL_SHARE)
+        """No evaluation starts after this."""
+        return min(self.started + self.seconds * (1 - FINAL_SHARE),
+                   self.end - RESERVE_MARGIN * self.reserve_s)
 
     @property
     def hard_end(self) -> float:
-        return self.started + self.seconds * (1 - GRACE_SHARE)
+        """Evaluations still running now are cancelled."""
+        return min(self.started + self.seconds * (1 - GRACE_SHARE), self.end - self.reserve_s)
 
     @property
     def end(self) -> float:

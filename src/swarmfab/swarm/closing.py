@@ -3,15 +3,19 @@
 The table is the figure a user quotes, so it times every baseline side by side with the
 champion under the confirmation policy, when there is time. What is left of the budget is
 shared by the shapes in proportion to the cost of one round there (each implementation
-after an untimed call, from the calibration's times per call and the champion's verdict);
-each shape gets as many rounds as fit, at least :data:`FINAL_MIN_ROUNDS`. Where even that
-would not fit with every baseline, only the baselines that are the fastest on some shape
-are timed: the speedup is quoted against the fastest baseline anyway.
+after an untimed call, but for long calls: see ``TimingPolicy.long_call_s``), from the
+calibration's times per call and the champion's verdict; each shape gets as many rounds as
+fit, at least :data:`FINAL_MIN_ROUNDS`. Where even that would not fit with every baseline,
+each shape times only its fastest baseline: the speedup is quoted against it anyway.
+
+:func:`closing_reserve` is what the fewest rounds against the fastest baselines cost: the
+run keeps that much of its budget free of evaluations, so the table fits.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,43 +23,66 @@ from typing import Any
 from swarmfab.evaluation import SideBySide
 from swarmfab.measure import CONFIRMATION, TimingPolicy
 from swarmfab.records import Candidate
-from swarmfab.swarm.setup import FINAL_MIN_ROUNDS, Calibration
+from swarmfab.swarm.setup import FINAL_MIN_ROUNDS, JOB_ESTIMATE_S, Calibration
 
-__all__ = ["ClosingPlan", "plan_closing", "summarise"]
+__all__ = ["ClosingPlan", "closing_reserve", "plan_closing", "summarise"]
 
 
 @dataclass(frozen=True, slots=True)
 class ClosingPlan:
-    baselines: list[str]
+    baselines: list[str]  # timed on some shape
+    only: dict[str, list[str]]  # per shape label: the baselines timed there
     policies: dict[str, TimingPolicy]  # per shape label
-    dropped: list[str]  # baselines left out for want of time
+    trimmed: bool  # short of time: each shape times its fastest baseline only
+
+
+def closing_reserve(calibration: Calibration, inputs_s: Mapping[str, float]) -> float:
+    """Seconds the fewest rounds of the closing table take against each shape's fastest
+    baseline (the champion, faster still, not counted), with starting the job and drawing
+    the inputs (``inputs_s`` per shape, where known)."""
+    return sum(JOB_ESTIMATE_S + inputs_s.get(label, 0.0)
+               + _warm_up_s([times[fastest]]) + FINAL_MIN_ROUNDS * _round_s([times[fastest]])
+               for label, times in calibration.seconds.items()
+               for fastest in [calibration.fastest[label]])
 
 
 def plan_closing(calibration: Calibration, champion_s: dict[str, float],
                  baselines: list[str], left_s: float) -> ClosingPlan:
     """Fit the closing table into ``left_s`` seconds (see the module's docstring)."""
     seconds = calibration.seconds
+    only = {label: list(baselines) for label in seconds}
 
-    def round_costs(names: list[str]) -> dict[str, float]:
-        return {label: 2 * (sum(_finite(seconds[label][n]) for n in names)
-                            + champion_s.get(label, 0.0)) for label in seconds}
+    def costs() -> dict[str, tuple[float, float]]:  # per shape: warm-up, one round
+        return {label: (_warm_up_s(calls), _round_s(calls)) for label in seconds
+                for calls in [[seconds[label][n] for n in only[label]]
+                              + [champion_s.get(label, 0.0)]]}
 
-    costs, dropped = round_costs(baselines), []
-    if FINAL_MIN_ROUNDS * sum(costs.values()) > left_s:
-        fastest = set(calibration.fastest.values())
-        dropped = [name for name in baselines if name not in fastest]
-        baselines = [name for name in baselines if name in fastest]
-        costs = round_costs(baselines)
-    total = sum(costs.values()) or 1.0
+    planned = costs()
+    trimmed = sum(w + FINAL_MIN_ROUNDS * r for w, r in planned.values()) > left_s
+    if trimmed:
+        only = {label: [calibration.fastest[label]] for label in seconds}
+        planned = costs()
+    spare = max(0.0, left_s - sum(w for w, _ in planned.values()))
+    total = sum(r for _, r in planned.values()) or 1.0
     policies = {}
-    for label, cost in costs.items():
-        share = max(0.0, left_s) * cost / total
-        fits = int(share // cost) if cost > 0 else CONFIRMATION.min_rounds
+    for label, (_, round_s) in planned.items():
+        share = spare * round_s / total
+        fits = int(share // round_s) if round_s > 0 else CONFIRMATION.min_rounds
         policies[label] = replace(
             CONFIRMATION, min_rounds=max(FINAL_MIN_ROUNDS, min(CONFIRMATION.min_rounds, fits)),
             max_seconds=max(0.5, min(CONFIRMATION.max_seconds, share)),
             warmup_calls=0 if fits < CONFIRMATION.min_rounds else CONFIRMATION.warmup_calls)
-    return ClosingPlan(baselines, policies, dropped)
+    timed = [name for name in baselines if any(name in names for names in only.values())]
+    return ClosingPlan(timed, only, policies, trimmed)
+
+
+def _round_s(calls: list[float]) -> float:
+    """One round: each call, after an untimed one where it is short."""
+    return sum(_finite(t) * (1 if t >= CONFIRMATION.long_call_s else 2) for t in calls)
+
+
+def _warm_up_s(calls: list[float]) -> float:
+    return sum(_finite(t) for t in calls)
 
 
 def _finite(seconds: float) -> float:

@@ -36,7 +36,7 @@ from swarmfab.records import Candidate, Lesson, Status, Verdict
 from swarmfab.swarm.archive import Archive, knob_descriptor
 from swarmfab.swarm.blackboard import Blackboard
 from swarmfab.swarm.budget import Budget
-from swarmfab.swarm.closing import plan_closing, summarise
+from swarmfab.swarm.closing import closing_reserve, plan_closing, summarise
 from swarmfab.swarm.executors import Evaluation, Executor, ExecutorFactory, LocalExecutor
 from swarmfab.swarm.gate import GateDecision, judge
 from swarmfab.swarm.setup import Calibration, Setup
@@ -214,6 +214,10 @@ class Run:
         """References, host peaks and the baselines (see :mod:`swarmfab.swarm.setup`);
         the fastest baseline on each shape is the first incumbent."""
         calibration = self.calibration = setup.run()
+        reserve = closing_reserve(calibration, calibration.inputs_s)
+        self.budget = replace(self.budget, reserve_s=reserve)
+        self.log(f"{reserve:.0f} s kept for the closing table; no evaluation starts after "
+                 f"{self.budget.search_end - self.budget.started:.0f} s")
         for label, name in calibration.fastest.items():
             self.incumbents[label] = Implementation(name, baseline=name)
         self.baseline_incumbents = dict(self.incumbents)
@@ -472,16 +476,16 @@ class Run:
         self._phase("confirming the champion side by side")
         champion = {t.shape: t.candidate_s.median for t in (
             self.champion_verdict.timings if self.champion_verdict else ())}
-        plan = plan_closing(self.calibration, champion, baselines, 0.8 * self.budget.left())
-        if plan.dropped:
-            self.log(f"{', '.join(plan.dropped)} left out of the closing table: "
-                     f"{max(0.0, self.budget.left()):.0f} s of the budget remain")
+        plan = plan_closing(self.calibration, champion, baselines, 0.9 * self.budget.left())
+        if plan.trimmed:
+            self.log(f"{max(0.0, self.budget.left()):.0f} s of the budget remain: each shape "
+                     "times the champion beside its fastest baseline only")
         self.log(f"search over: timing the champion and {', '.join(plan.baselines)} "
                  "side by side")
         return self.evaluator.side_by_side(
             [Implementation("champion", artifact=self.evaluator.build(self.champion)),
              *[Implementation(name, baseline=name) for name in plan.baselines]],
-            CONFIRMATION, policies=plan.policies)
+            CONFIRMATION, policies=plan.policies, only=plan.only)
 
     def _out_of_evaluations(self, evaluations: int) -> bool:
         limit = self.goal.max_evaluations

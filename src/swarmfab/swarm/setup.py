@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -60,6 +60,7 @@ class Calibration:
     names: tuple[str, ...]
     fastest: dict[str, str]  # shape label -> the fastest baseline that may be incumbent
     seconds: dict[str, dict[str, float]]  # shape label -> baseline -> median seconds
+    inputs_s: dict[str, float] = field(default_factory=dict)  # drawing a shape's inputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,7 @@ class SetupEstimate:
     peaks_s: float
     closing_s: dict[str, float]
     calls: dict[str, dict[str, float]]  # shape -> baseline -> seconds per call (scaled)
+    inputs_s: dict[str, float]  # drawing a shape's inputs once
 
     @property
     def setup_s(self) -> float:
@@ -134,6 +136,7 @@ class Setup:
         references: dict[str, float] = {}
         closing: dict[str, float] = {}
         calls: dict[str, dict[str, float]] = {}
+        drawing: dict[str, float] = {}
         with _torch_threads(self.goal.threads):
             for case in self.evaluator.targets:
                 probe = workload.probe_shape(case.shape)
@@ -142,8 +145,8 @@ class Setup:
                 shape, factor = probe
                 label = case.shape.label
                 inputs = workload.make_inputs(Case("setup probe", shape, seed=case.seed))
-                inputs_s = factor * _fastest(workload.make_inputs,
-                                             Case("setup probe", shape, seed=case.seed))
+                inputs_s = drawing[label] = factor * _fastest(
+                    workload.make_inputs, Case("setup probe", shape, seed=case.seed))
                 with torch.no_grad():
                     references[label] = 2 * (inputs_s + factor * _fastest(
                         workload.reference, inputs))  # the target and its twin
@@ -153,7 +156,8 @@ class Setup:
                 closing[label] = JOB_ESTIMATE_S + 2 * inputs_s + 2 * FINAL_MIN_ROUNDS * fastest
         stored = self.goal.device == "cpu" and self.store.host_peaks(
             host_fingerprint(self.goal.threads)) is not None
-        return SetupEstimate(references, 0.0 if stored else PEAKS_ESTIMATE_S, closing, calls)
+        return SetupEstimate(references, 0.0 if stored else PEAKS_ESTIMATE_S, closing, calls,
+                             drawing)
 
     def _probe_baselines(self, label: str, inputs: Inputs, factor: float) -> dict[str, float]:
         """Each baseline's seconds per call on the shape: stored, else the probe's time
@@ -229,7 +233,8 @@ class Setup:
             times = ", ".join(f"{n} {seconds[label][n] * 1e3:.1f} ms" for n in self.names
                               if math.isfinite(seconds[label][n]))
             self._log(f"baselines on {label} ({source[label]}): {times}")
-        return Calibration(self.names, fastest, seconds)
+        return Calibration(self.names, fastest, seconds,
+                           self.estimate.inputs_s if self.estimate is not None else {})
 
     def remember(self, tables: Sequence[SideBySide]) -> None:
         """Store baselines' medians measured side by side (calibration or the closing
