@@ -12,10 +12,11 @@ import torch
 
 from swarmfab.agents.builtin import RestartAgent, domain_agents
 from swarmfab.errors import GoalError
-from swarmfab.evaluation import Evaluator
+from swarmfab.evaluation import Evaluator, SideBySide
 from swarmfab.goal import Goal
 from swarmfab.kernels import design_space
 from swarmfab.knowledge import Store
+from swarmfab.records import Estimate
 from swarmfab.sandbox import Limits
 from swarmfab.swarm import Run
 from swarmfab.swarm.budget import SETUP_SHARE, Budget
@@ -106,9 +107,27 @@ def test_baseline_timings_measured_side_by_side_are_reused_by_the_next_run(
     recalled = second.run()  # would fail if it timed anything
     assert recalled.seconds == timed.seconds and recalled.fastest == timed.fastest
     assert not any(line.startswith("timing baselines") for line in again)
-    assert all("(stored)" in line for line in again if line.startswith("baselines on"))
+    assert all("(stored, measured)" in line for line in again if line.startswith("baselines on"))
     other_threads = Goal.model_validate({**goal.model_dump(by_alias=True), "threads": 2})
-    assert _setup(other_threads, store, tmp_path, []).cached == dict.fromkeys(timed.seconds)
+    assert all(not known for known in _setup(other_threads, store, tmp_path, []).cached.values())
+
+
+def test_probe_estimates_are_kept_and_a_measurement_replaces_them(tmp_path: Path) -> None:
+    store = Store(tmp_path / "x.db")
+    first = _setup(_goal(), store, tmp_path, [])
+    first.check(Budget(time.monotonic(), 60.0))
+    second = _setup(_goal(), store, tmp_path, [])
+    assert all(source == "estimated" for known in second.cached.values()
+               for _, source in known.values())
+    assert all(set(known) == set(second.names) for known in second.cached.values())
+    calibration = second.run()  # from the store: no probe needed for the baselines
+    label = next(iter(calibration.seconds))
+    table = SideBySide(label, "champion", {"torch-recurrent": Estimate(0.5, 0.4, 0.6)}, {}, 3)
+    second.remember([table])
+    third = _setup(_goal(), store, tmp_path, [])
+    assert third.cached[label]["torch-recurrent"] == (0.5, "measured")
+    third._save(label, "torch-recurrent", 9.0, "estimated")  # never over a measurement
+    assert _setup(_goal(), store, tmp_path, []).cached[label]["torch-recurrent"][0] == 0.5
 
 
 @needs_gcc
@@ -131,4 +150,5 @@ def test_a_run_ends_within_its_budget_counted_from_the_command_start(tmp_path: P
     assert any("budget 25 s (+15 s grace), setup included" in line for line in lines)
     if result.champion is not None:  # the closing table's medians serve the next run
         again = _setup(goal, store, tmp_path, [])
-        assert all(known is not None for known in again.cached.values())
+        assert any(source == "measured" for known in again.cached.values()
+                   for _, source in known.values())

@@ -9,10 +9,11 @@ whose cores other processes keep busy is named: its timings are slow and noisy.
 
 The baselines only pick the first incumbent on each shape (the fastest); the closing
 table times them side by side with the champion. So the probe's scaled times choose the
-incumbent where no earlier run on this host measured the shape; the closing table's
-medians are stored (per workload, shape, baselines, device, host fingerprint and torch
-version) and preferred by later runs. A workload without a probe shape has its
-baselines timed in sandboxed jobs, stored the same way. Host peaks are stored per host
+incumbent where no earlier run on this host measured the shape. Each baseline's time per
+call is stored (per workload, shape, baseline, device, host fingerprint and torch
+version): the probe's as an estimate, the closing table's median as a measurement that
+estimates never replace; a later run reads them instead of probing. A workload without a
+probe shape has its baselines timed in sandboxed jobs, stored the same way. Host peaks are stored per host
 fingerprint. References are computed every run (the target inputs come from the run's
 secret seeds), by the workload's compiled reference. Each step that takes more than a
 moment says so when it starts (``computing references 3/5 ...``).
@@ -101,6 +102,7 @@ class Setup:
         if all(name in compiling for name in names):  # someone must be able to be incumbent
             names += [n for n in workload.default_baselines(goal.device) if n not in compiling]
         self.names = tuple(names)
+        # per shape: the baselines whose time per call the store knows, with its source
         self.cached = {case.shape.label: self._recall(case.shape.label)
                        for case in evaluator.targets}
         self.estimate: SetupEstimate | None = None
@@ -163,13 +165,16 @@ class Setup:
         """Each baseline's seconds per call on the shape: stored, else the probe's time
         scaled up (a compiling baseline is not called here: unknown, inf)."""
         workload = self.evaluator.workload
-        forwards, known = workload.baselines(), self.cached[label] or {}
+        forwards, known = workload.baselines(), self.cached[label]
         seconds = {}
         for name in self.names:
-            if name in known or name in workload.compiling_baselines:
-                seconds[name] = known.get(name, math.inf)
+            if name in known:
+                seconds[name] = known[name][0]
+            elif name in workload.compiling_baselines:
+                seconds[name] = math.inf
             else:
                 seconds[name] = factor * _fastest(workload.call, forwards[name], inputs)
+                self._save(label, name, seconds[name], "estimated")
         return seconds
 
     # -- the setup itself ------------------------------------------------------------
@@ -201,17 +206,19 @@ class Setup:
 
     def _calibrate(self) -> Calibration:
         """The baselines' time per call on each shape: stored by an earlier run on this
-        host, else the probe's estimate, else timed in sandboxed jobs. The fastest is the
-        first incumbent; baselines that compile (torch.compile) are shown but never
-        become the incumbent, so candidates are never timed in a job that may start
-        processes."""
+        host (measured in its closing table, or estimated), else the probe's estimate,
+        else timed in sandboxed jobs. The fastest is the first incumbent; baselines that
+        compile (torch.compile) are shown but never become the incumbent, so candidates
+        are never timed in a job that may start processes."""
         self._phase("timing the baselines")
-        seconds = {label: known for label, known in self.cached.items() if known is not None}
-        source = dict.fromkeys(seconds, "stored")
-        if self.estimate is not None:
-            for label in self.cached:
-                if label not in seconds:
-                    seconds[label], source[label] = self.estimate.calls[label], "estimated"
+        seconds: dict[str, dict[str, float]] = {}
+        source: dict[str, str] = {}
+        for label, known in self.cached.items():
+            if all(name in known for name in self.names):
+                seconds[label] = {name: known[name][0] for name in self.names}
+                source[label] = "stored, " + "/".join(sorted({s for _, s in known.values()}))
+            elif self.estimate is not None:
+                seconds[label], source[label] = self.estimate.calls[label], "estimated"
         missing = [label for label in self.cached if label not in seconds]
         if missing:
             def progress(done: int, total: int, label: str) -> None:
@@ -237,33 +244,47 @@ class Setup:
                            self.estimate.inputs_s if self.estimate is not None else {})
 
     def remember(self, tables: Sequence[SideBySide]) -> None:
-        """Store baselines' medians measured side by side (calibration or the closing
-        table), for later runs on this host."""
-        if self.goal.device != "cpu":  # device baselines autotune: always timed afresh
-            return
+        """Store the medians of baselines measured side by side (calibration or the
+        closing table), for later runs on this host."""
         for table in tables:
-            if all(name in table.seconds for name in self.names):
-                self.store.save_measurement(self._key(table.shape), {
-                    name: table.seconds[name].median for name in self.names})
+            for name in self.names:
+                if name in table.seconds:
+                    self._save(table.shape, name, table.seconds[name].median, "measured")
 
     # -- reuse -----------------------------------------------------------------------
-    def _key(self, label: str) -> str:
+    def _key(self, label: str, name: str) -> str:
         workload = self.evaluator.workload
         source = ""
         if workload.source_file is not None:  # a user's workload: its text is part of it
             digest = hashlib.sha256(Path(workload.source_file).read_bytes()).hexdigest()
             source = f" {digest[:16]}"
-        return (f"baselines v1 | {workload.name}{source} | {label} | {','.join(self.names)} | "
+        return (f"baseline v2 | {workload.name}{source} | {label} | {name} | "
                 f"{self.goal.device} | {host_fingerprint(self.goal.threads)} | "
                 f"torch {torch.__version__}")
 
-    def _recall(self, label: str) -> dict[str, float] | None:
+    def _recall(self, label: str) -> dict[str, tuple[float, str]]:
+        """The stored (seconds per call, "measured" or "estimated") of each baseline."""
         if self.goal.device != "cpu":  # device baselines autotune: always timed afresh
-            return None
-        known = self.store.measurement(self._key(label))
-        if known is None or any(name not in known for name in self.names):
-            return None
-        return {name: float(known[name]) for name in self.names}
+            return {}
+        known = {}
+        for name in self.names:
+            value = self.store.measurement(self._key(label, name))
+            if value is not None:
+                known[name] = (float(value["seconds"]), str(value["source"]))
+        return known
+
+    def _save(self, label: str, name: str, seconds: float, source: str) -> None:
+        """Keep a time per call; an estimate never replaces a measurement."""
+        if self.goal.device != "cpu" or not math.isfinite(seconds):
+            return
+        if source == "estimated" and self._recall_one(label, name) == "measured":
+            return
+        self.store.save_measurement(self._key(label, name),
+                                    {"seconds": seconds, "source": source})
+
+    def _recall_one(self, label: str, name: str) -> str | None:
+        value = self.store.measurement(self._key(label, name))
+        return None if value is None else str(value["source"])
 
 
 def _fastest(call: Callable[..., object], *args: object, repeats: int = 2) -> float:
