@@ -154,9 +154,10 @@ def test_a_long_call_gets_no_untimed_call_before_its_samples_but_a_short_one_doe
 
         return run
 
-    policy = TimingPolicy(min_rounds=3, max_rounds=3, warmup_calls=2, long_call_s=0.05)
+    policy = TimingPolicy(min_rounds=5, max_rounds=5, warmup_calls=2, long_call_s=0.05,
+                          long_call_min_rounds=3, max_seconds=0.0)
     samples = time_interleaved({"slow": call("slow", 0.06), "fast": call("fast", 0.002)},
                                policy, reference="slow")
-    assert len(samples["slow"]) == len(samples["fast"]) == 3
+    assert len(samples["slow"]) == len(samples["fast"]) == 3  # fewer rounds: a long call
     assert counts["slow"] == 1 + 3  # one warm-up call, then only the samples
     assert counts["fast"] >= 2 + 2 * 3  # warm-up rounds, and an untimed call per sample

@@ -189,7 +189,8 @@ def benchmark_shapes(
             if checked is not None:
                 # a call every implementation is sure to make: a long one gets a single
                 # warm-up call and one call per round (TimingPolicy.long_call_s)
-                pick = _SECRET_CHOICE.randint(2, 1 + policy.min_rounds)
+                rounds = min(policy.min_rounds, policy.long_call_min_rounds)
+                pick = _SECRET_CHOICE.randint(2, 1 + rounds)
                 twin = _on_device(workload.make_inputs(probes.twin_case(case)), device)
                 calls[checked] = spy = _Spy(calls[checked], pick, inputs, twin)
             with torch.no_grad():

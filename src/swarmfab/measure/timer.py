@@ -53,6 +53,9 @@ class TimingPolicy:
     # few milliseconds) is a small share of it, and a slow baseline on a large shape
     # would otherwise triple an evaluation's time; inf: every call gets both
     long_call_s: float = math.inf
+    # rounds enough where some call is long: a ratio of many times is clear in a few
+    # samples, and the interval reported says how sure it is
+    long_call_min_rounds: int = 3
 
     @property
     def cache(self) -> str:
@@ -116,6 +119,9 @@ def time_interleaved(
     # cold samples time one call each: repeating it would warm the cache again
     inner = 1 if watch.cold else max(1, math.ceil(policy.min_sample_s / max(shortest, 1e-9)))
     samples: dict[str, list[float]] = {name: [] for name in names}
+    min_rounds = policy.min_rounds
+    if max(first.values()) >= policy.long_call_s:
+        min_rounds = min(min_rounds, policy.long_call_min_rounds)
     started = _clock()
     for round_index in range(policy.max_rounds):
         shift = round_index % len(names)
@@ -124,7 +130,7 @@ def time_interleaved(
                 calls[name]()  # untimed: the switch from another implementation (module doc)
             watch.evict(round_index)  # untimed
             samples[name].append(watch.seconds(calls[name], inner))
-        if round_index + 1 >= policy.min_rounds and (
+        if round_index + 1 >= min_rounds and (
             _precise(samples, reference, policy.target_width)
             or _clock() - started > policy.max_seconds
         ):

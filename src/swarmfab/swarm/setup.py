@@ -13,10 +13,10 @@ incumbent where no earlier run on this host measured the shape. Each baseline's 
 call is stored (per workload, shape, baseline, device, host fingerprint and torch
 version): the probe's as an estimate, the closing table's median as a measurement that
 estimates never replace; a later run reads them instead of probing. A workload without a
-probe shape has its baselines timed in sandboxed jobs, stored the same way. Host peaks are stored per host
-fingerprint. References are computed every run (the target inputs come from the run's
-secret seeds), by the workload's compiled reference. Each step that takes more than a
-moment says so when it starts (``computing references 3/5 ...``).
+probe shape has its baselines timed in sandboxed jobs, stored the same way. Host peaks
+are stored per host fingerprint. References are computed every run (the target inputs
+come from the run's secret seeds), by the workload's compiled reference. Each step that
+takes more than a moment says so when it starts (``computing references 3/5 ...``).
 """
 
 from __future__ import annotations
