@@ -52,8 +52,9 @@ def plan_closing(calibration: Calibration, champion_s: dict[str, float],
     seconds = calibration.seconds
     only = {label: list(baselines) for label in seconds}
 
-    def costs() -> dict[str, tuple[float, float]]:  # per shape: warm-up, one round
-        return {label: (_warm_up_s(calls), _round_s(calls)) for label in seconds
+    def costs() -> dict[str, tuple[float, float]]:  # per shape: fixed costs, one round
+        return {label: (JOB_ESTIMATE_S + calibration.inputs_s.get(label, 0.0)
+                        + _warm_up_s(calls), _round_s(calls)) for label in seconds
                 for calls in [[seconds[label][n] for n in only[label]]
                               + [champion_s.get(label, 0.0)]]}
 

@@ -476,7 +476,7 @@ class Run:
         self._phase("confirming the champion side by side")
         champion = {t.shape: t.candidate_s.median for t in (
             self.champion_verdict.timings if self.champion_verdict else ())}
-        plan = plan_closing(self.calibration, champion, baselines, 0.9 * self.budget.left())
+        plan = plan_closing(self.calibration, champion, baselines, 0.8 * self.budget.left())
         if plan.trimmed:
             self.log(f"{max(0.0, self.budget.left()):.0f} s of the budget remain: each shape "
                      "times the champion beside its fastest baseline only")
