@@ -26,6 +26,7 @@ from swarmfab.records import Status as Verdicts
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("gcc") is None,
                                                    reason="needs gcc")]
 
+# max_evaluations ends each run; its budget is generous so a busy host still gets there
 GOAL = """
 workload = "kda"
 budget = "{budget}"
@@ -80,7 +81,7 @@ def test_an_llm_edit_becomes_champion_and_a_hostile_one_is_rejected(tmp_path: Pa
               Reply("VERDICT: CLEAN\nonly the OpenMP switch changed"), Reply(HOSTILE_REPLY)]
     with FakeLLM(script, default=Reply("")) as llm:
         run_swarmfab(tmp_path, llm, "llm,builtin",
-                     GOAL.format(budget="60s", evaluations=8, repairs=1, retries=1))
+                     GOAL.format(budget="300s", evaluations=8, repairs=1, retries=1))
     store = Store(tmp_path / "x.db")
     run = store.run(None)
     assert run.status == "finished" and run.goal["agents"] == ["llm", "builtin"]
@@ -114,7 +115,7 @@ def test_an_llm_only_run_survives_every_failure_and_repairs_before_it_abandons(
               Reply(GOOD_EDIT), Reply("VERDICT: SUSPICIOUS\nthe decay is computed once?")]
     with FakeLLM(script, default=Reply("")) as llm:
         output = run_swarmfab(tmp_path, llm, "llm",
-                              GOAL.format(budget="60s", evaluations=3, repairs=2, retries=0))
+                              GOAL.format(budget="300s", evaluations=3, repairs=2, retries=0))
         prompts = [request.prompt for request in llm.requests]
     store = Store(tmp_path / "x.db")
     run = store.run(None)

@@ -1,7 +1,8 @@
 """A store holding one short, real KDA run (session-wide), and a headless Chromium.
 
-The run is the real thing (`python -m swarmfab run`), kept to seconds: one small shape,
-one thread, a few evaluations. Report, dashboard and export tests read copies of it.
+The run is the real thing (`python -m swarmfab run`), kept short: two small shapes, one
+thread, ten evaluations (``--max-evaluations`` ends it; the budget is generous, so a busy
+host still records them all). Report, dashboard and export tests read copies of it.
 Screenshots go to ``out/test-artifacts/`` (git-ignored) for a person to look at.
 """
 
@@ -26,7 +27,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artifacts"
 
 GOAL = """
 workload = "kda"
-budget = "20s"
+budget = "300s"  # not what ends the run: --max-evaluations 10 does
 threads = 1
 shapes = [{B = 1, T = 128, H = 2, K = 32, V = 32}, {B = 2, T = 32, H = 2, K = 16, V = 16}]
 """
@@ -57,7 +58,7 @@ def recorded_run(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
     done = subprocess.run(
         [sys.executable, "-m", "swarmfab", "run", "goal.toml", "--db", str(db),
          "--workdir", str(home / "work"), "--max-evaluations", "10"],
-        cwd=home, capture_output=True, text=True, timeout=180, check=False,
+        cwd=home, capture_output=True, text=True, timeout=240, check=False,
         env={**os.environ, "COLUMNS": "160"},
     )
     assert done.returncode == 0, done.stdout + done.stderr

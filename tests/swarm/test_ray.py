@@ -69,7 +69,8 @@ def cluster() -> Iterator[str]:
 
 
 def _swarmfab(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
-    """`swarmfab run` in the background, its output in tmp_path/out.log (no pipe to fill)."""
+    """`swarmfab run` in the background, its output in tmp_path/out.log (no pipe to fill).
+    The tests give a generous budget and let --max-evaluations end the run."""
     (tmp_path / "goal.toml").write_text(GOAL)
     return subprocess.Popen(
         [sys.executable, "-m", "swarmfab", "run", "goal.toml", "--db", str(tmp_path / "x.db"),
@@ -100,7 +101,7 @@ def _show(tmp_path: Path) -> dict[str, object]:
 
 
 def test_a_run_completes_on_two_ray_nodes(cluster: str, tmp_path: Path) -> None:
-    process = _swarmfab(tmp_path, "--executor", "ray", "--address", cluster, "--budget", "90s",
+    process = _swarmfab(tmp_path, "--executor", "ray", "--address", cluster, "--budget", "300s",
                         "--max-evaluations", "6")
     output = _finish(process, tmp_path)
     assert process.returncode == 0, output
@@ -128,7 +129,7 @@ def _node_processes(core: int) -> list[int]:
 
 
 def test_a_node_killed_mid_run_loses_no_verdict(cluster: str, tmp_path: Path) -> None:
-    process = _swarmfab(tmp_path, "--executor", "ray", "--address", cluster, "--budget", "120s",
+    process = _swarmfab(tmp_path, "--executor", "ray", "--address", cluster, "--budget", "300s",
                         "--max-evaluations", "8")
     deadline = time.monotonic() + 180
     while _verdicts(tmp_path / "x.db")[0] < 2:
