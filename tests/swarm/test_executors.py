@@ -180,10 +180,14 @@ def test_two_workers_never_evaluate_one_candidate_twice(tmp_path: Path) -> None:
 
 class _HeldBack(LocalExecutor):
     """Evaluates the first two candidates side by side, then hands their verdicts back
-    in order, so the second is judged after the first became champion."""
+    in order, so the second is judged after the first became champion. ``judged`` counts
+    the verdicts the run loop has handled: the second waits for the first's (60 s at most;
+    ``gave_up`` says it did not come)."""
 
-    def __init__(self, evaluator: Evaluator, workers: int | None = 2):
+    def __init__(self, evaluator: Evaluator, judged: Callable[[], int]):
         super().__init__(evaluator, workers=2)
+        self.judged = judged
+        self.gave_up = False
         self.futures: list[Future[Evaluation]] = []
 
     def submit(self, candidate: Candidate, incumbents: dict[str, Implementation],
@@ -196,7 +200,7 @@ class _HeldBack(LocalExecutor):
 
             def release(done: Future[Evaluation]) -> None:
                 if index == 1:
-                    self._wait_for(0)
+                    self._wait_for_the_first_verdict()
                 held.set_result(done.result())
 
             inner.add_done_callback(lambda done: threading.Thread(
@@ -205,10 +209,14 @@ class _HeldBack(LocalExecutor):
             inner.add_done_callback(lambda done: held.set_result(done.result()))
         return held
 
-    def _wait_for(self, index: int) -> None:
-        while not self.futures[index].done():
+    def _wait_for_the_first_verdict(self) -> None:
+        """Until the run loop has judged the first candidate (and crowned it)."""
+        deadline = time.monotonic() + 60
+        while self.judged() < 1:
+            if time.monotonic() > deadline:
+                self.gave_up = True
+                return
             time.sleep(0.01)
-        time.sleep(0.5)  # let the run loop crown the first one
 
 
 @needs_gcc
@@ -218,8 +226,10 @@ def test_a_candidate_timed_against_a_dethroned_incumbent_is_timed_again(
     tmp_path: Path,
 ) -> None:
     goal = Goal.model_validate({**GOAL, "max_evaluations": 2})
-    run, store = _run(tmp_path, goal, _HeldBack)
+    run, store = _run(tmp_path, goal,
+                      lambda evaluator, workers: _HeldBack(evaluator, lambda: run.evaluations))
     result = run.execute()
+    assert isinstance(run.executor, _HeldBack) and not run.executor.gave_up
     verdicts = store.verdicts(result.run_id)
     assert len(verdicts) == 2
     first, second = (row.candidate_id for row, _ in verdicts)
