@@ -38,22 +38,29 @@ def hf_model(tiny_model: Path) -> Any:
 
 
 @pytest.fixture(scope="session")
-def server(tiny_model: Path) -> Iterator[str]:
-    """The engine behind a real uvicorn on loopback, with an API key (``API_KEY``)."""
+def served(tiny_model: Path) -> Iterator[tuple[str, LLMEngine]]:
+    """The engine behind a real uvicorn on loopback, with an API key (``API_KEY``): the
+    server's URL, and the engine (for a test that slows its steps down)."""
     engine = LLMEngine.from_pretrained(tiny_model, EngineConfig(
         max_num_seqs=4, num_kv_blocks=32, block_size=16, max_num_batched_tokens=64))
     app = create_app(AsyncEngine(engine), "tiny", api_key=API_KEY)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    served = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=served.run, daemon=True)
+    uvicorn_server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                                   log_level="warning"))
+    thread = threading.Thread(target=uvicorn_server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
-    while not served.started:
+    while not uvicorn_server.started:
         assert time.monotonic() < deadline, "the server did not start"
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    served.should_exit = True
+    yield f"http://127.0.0.1:{port}", engine
+    uvicorn_server.should_exit = True
     thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def server(served: tuple[str, LLMEngine]) -> str:
+    """The URL of the engine's server (see ``served``)."""
+    return served[0]

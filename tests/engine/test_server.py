@@ -9,7 +9,11 @@ import httpx
 import openai
 import pytest
 
+from swarmfab.engine.engine import LLMEngine
+from swarmfab.engine.request import RequestOutput
+
 API_KEY = "test-key-123"
+STEP_DELAY_S = 0.05  # per engine step, where a test needs generation to be slow
 
 
 @pytest.fixture
@@ -98,7 +102,19 @@ def test_a_disconnecting_client_frees_its_slot(server: str, client: openai.OpenA
     assert _metric(server, "kv_cache_usage_perc") == 0.0
 
 
-def test_a_client_that_gives_up_on_a_whole_response_frees_its_slot(server: str) -> None:
+def test_a_client_that_gives_up_on_a_whole_response_frees_its_slot(
+    served: tuple[str, LLMEngine], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server, engine = served
+    step = engine.step
+
+    def slow_step() -> list[RequestOutput]:
+        time.sleep(STEP_DELAY_S)
+        return step()
+
+    # at least 480 steps of STEP_DELAY_S: the response cannot come within the client's
+    # 0.3 s however fast the host, so it always gives up before the server has answered
+    monkeypatch.setattr(engine, "step", slow_step)
     aborted_before = _metric(server, "request_aborted_total")
     body = {"prompt": "kane", "max_tokens": 480, "ignore_eos": True}
     with pytest.raises(httpx.ReadTimeout):
