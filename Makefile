@@ -10,20 +10,6 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-# slow tests not marked `slow` (yet): the report and dashboard pages over a recorded run
-# (a real `swarmfab run` in their fixture, then Chromium), the policy benchmark's
-# command, and verifications of the recurrent template, which takes ~10 s to compile
-# (the red-team C rows check the same verdicts faster); `make test` runs them all
-FAST_DESELECT := \
-	--deselect tests/report/test_dashboard.py \
-	--deselect tests/report/test_html_report.py::test_the_report_is_one_file_that_needs_no_network \
-	--deselect tests/report/test_html_report.py::test_the_report_draws_every_chart_in_chromium \
-	--deselect tests/report/test_html_report.py::test_an_unwritable_report_path_is_a_clear_error \
-	--deselect tests/report/test_html_report.py::test_every_command_that_takes_a_run_accepts_latest \
-	--deselect tests/swarm/test_policy_bench.py::test_bench_policy_command_measures_real_candidates \
-	--deselect tests/test_cli.py::test_verify_accepts_the_rendered_template \
-	--deselect tests/test_cli.py::test_verify_rejects_wrong_output_and_names_the_failing_case
-
 .PHONY: demo test test-fast lint typecheck bench bench-swarm bench-transfer bench-engine bench-policy gpu-compile-check clean
 
 $(BIN)/python:
@@ -47,9 +33,9 @@ test: $(DEV_STAMP)
 	$(MAKE) lint
 	$(BIN)/python -m pytest -q
 
-# the suite without the tests marked slow and those above: a few minutes on 2 cores
+# the suite without the tests marked slow: a few minutes on 2 cores
 test-fast: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" $(FAST_DESELECT)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests

@@ -49,6 +49,7 @@ def served(recorded_run: Any, tmp_path: Path) -> Iterator[Served]:
     thread.join(timeout=10)
 
 
+@pytest.mark.slow  # over the recorded run: a real `swarmfab run`
 def test_the_runs_list_and_a_run_page_draw_their_charts(
     served: Served, recorded_run: Any, page: Any, charts_drew: Any, screenshot: Any,
 ) -> None:
@@ -65,6 +66,7 @@ def test_the_runs_list_and_a_run_page_draw_their_charts(
     screenshot(page, "dashboard-run.png")
 
 
+@pytest.mark.slow  # over the recorded run: a real `swarmfab run`
 def test_a_run_page_follows_a_live_run(served: Served, recorded_run: Any, page: Any,
                                        screenshot: Any) -> None:
     """Verdicts recorded by another writer show up without a reload."""
@@ -97,6 +99,7 @@ def test_a_run_page_follows_a_live_run(served: Served, recorded_run: Any, page: 
     assert page.locator("#run-rows tr").count() == 2
 
 
+@pytest.mark.slow  # over the recorded run: a real `swarmfab run`
 def test_unknown_runs_answer_404_with_the_reason(served: Served) -> None:
     with httpx.Client(base_url=served.url, timeout=10) as client:
         page = client.get("/runs/20990101-000000-abcdef")

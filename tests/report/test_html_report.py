@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from swarmfab.cli import app
@@ -32,6 +33,7 @@ def _report(recorded_run: Any, tmp_path: Path, *run: str) -> Path:
     return out
 
 
+@pytest.mark.slow  # over the recorded run: a real `swarmfab run`
 def test_the_report_is_one_file_that_needs_no_network(recorded_run: Any,
                                                       tmp_path: Path) -> None:
     html = _report(recorded_run, tmp_path, "latest").read_text()
@@ -42,6 +44,7 @@ def test_the_report_is_one_file_that_needs_no_network(recorded_run: Any,
     assert html.count("<svg") == len(CHART_TITLES)
 
 
+@pytest.mark.slow  # over the recorded run: a real `swarmfab run`
 def test_the_report_draws_every_chart_in_chromium(recorded_run: Any, tmp_path: Path,
                                                   page: Any, charts_drew: Any,
                                                   screenshot: Any) -> None:
@@ -60,6 +63,7 @@ def test_the_report_draws_every_chart_in_chromium(recorded_run: Any, tmp_path: P
     screenshot(page, "report.png")
 
 
+@pytest.mark.slow  # over the recorded run: a real `swarmfab run`
 def test_an_unwritable_report_path_is_a_clear_error(recorded_run: Any, tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -82,6 +86,7 @@ def test_a_run_without_verdicts_renders_with_empty_charts(tmp_path: Path) -> Non
     assert html.count("<svg") == len(CHART_TITLES)
 
 
+@pytest.mark.slow  # over the recorded run: a real `swarmfab run`
 def test_every_command_that_takes_a_run_accepts_latest(recorded_run: Any) -> None:
     runner = CliRunner()
     shown = runner.invoke(app, ["show", "latest", "--json", "--db", str(recorded_run.db)])

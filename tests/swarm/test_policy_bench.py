@@ -69,6 +69,7 @@ def test_summary_counts_a_miss_as_one_past_the_budget() -> None:
     assert rows == [("a", [2], 2), ("b", [None], 4)]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_bench_policy_command_measures_real_candidates(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [
