@@ -168,3 +168,13 @@ def _search_window(lines: list[str]) -> float:
              if (match := re.match(r"\s*([\d.]+)s .*no evaluation starts after (\d+) s", line))]
     assert len(found) == 1, lines
     return float(found[0][2]) - float(found[0][1])
+
+
+def test_a_device_goal_probes_only_the_reference_on_the_cpu(tmp_path: Path) -> None:
+    """Device baselines take device tensors: they are left to the sandboxed jobs."""
+    goal = _goal(device="cuda")
+    setup = _setup(goal, Store(tmp_path / "x.db"), tmp_path, [])
+    estimate = setup._estimate()
+    assert estimate is not None
+    assert all(calls == {} for calls in estimate.calls.values())
+    assert all(seconds > 0 for seconds in estimate.references_s.values())

@@ -153,8 +153,8 @@ class Setup:
                     references[label] = 2 * (inputs_s + factor * _fastest(
                         workload.reference, inputs))  # the target and its twin
                 calls[label] = self._probe_baselines(label, inputs, factor)
-                fastest = min(calls[label][name] for name in self.names
-                              if name not in workload.compiling_baselines)
+                fastest = min((seconds for name, seconds in calls[label].items()
+                               if name not in workload.compiling_baselines), default=0.0)
                 closing[label] = JOB_ESTIMATE_S + 2 * inputs_s + 2 * FINAL_MIN_ROUNDS * fastest
         stored = self.goal.device == "cpu" and self.store.host_peaks(
             host_fingerprint(self.goal.threads)) is not None
@@ -163,10 +163,13 @@ class Setup:
 
     def _probe_baselines(self, label: str, inputs: Inputs, factor: float) -> dict[str, float]:
         """Each baseline's seconds per call on the shape: stored, else the probe's time
-        scaled up (a compiling baseline is not called here: unknown, inf)."""
+        scaled up (a compiling baseline is not called here: unknown, inf). On a device
+        nothing is probed here (its baselines take device tensors): they are timed in jobs."""
         workload = self.evaluator.workload
         forwards, known = workload.baselines(), self.cached[label]
-        seconds = {}
+        seconds: dict[str, float] = {}
+        if self.goal.device != "cpu":
+            return seconds
         for name in self.names:
             if name in known:
                 seconds[name] = known[name][0]
@@ -217,7 +220,7 @@ class Setup:
             if all(name in known for name in self.names):
                 seconds[label] = {name: known[name][0] for name in self.names}
                 source[label] = "stored, " + "/".join(sorted({s for _, s in known.values()}))
-            elif self.estimate is not None:
+            elif self.estimate is not None and set(self.names) <= set(self.estimate.calls[label]):
                 seconds[label], source[label] = self.estimate.calls[label], "estimated"
         missing = [label for label in self.cached if label not in seconds]
         if missing:
