@@ -67,7 +67,8 @@ def test_resume_after_kill_minus_9_loses_nothing_and_repeats_nothing(tmp_path: P
     process.wait(30)
     before, _ = _verdicts(tmp_path)
     started = time.monotonic()
-    resumed = _swarmfab(tmp_path, "resume", _run_id(tmp_path), "--budget", "30s")
+    resumed = _swarmfab(tmp_path, "resume", _run_id(tmp_path), "--budget", "30s",
+                        "--max-evaluations", "3")
     output, _ = resumed.communicate(timeout=180)
     assert resumed.returncode == 0, output
     assert time.monotonic() - started <= 30 + 15, output  # the budget and its stated grace
