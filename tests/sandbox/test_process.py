@@ -141,3 +141,44 @@ def test_credentials_in_the_initial_environment_do_not_reach_jobs(tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert "getenv None" in done.stdout
     assert "environ False" in done.stdout, "the job read the secret from /proc/self/environ"
+
+
+OWNER = """
+import sys
+from swarmfab.sandbox import Limits, run_job
+from hostile_jobs import record_pid_and_sleep
+run_job(record_pid_and_sleep, sys.argv[1], limits=Limits(wall_s=120, isolate=False))
+"""
+
+
+def test_a_job_does_not_outlive_a_run_killed_with_minus_9(tmp_path: Path) -> None:
+    """kill -9 of the run leaves no job burning cores under the next command."""
+    import signal
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "job.pid"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(pid_file)], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline and owner.poll() is None, "the job never started"
+            time.sleep(0.05)
+        job = int(pid_file.read_text())
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive(job):
+            assert time.monotonic() < deadline, "the job outlived its owner"
+            time.sleep(0.1)
+    finally:
+        owner.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"  # a zombie is gone
+    except OSError:
+        return False
