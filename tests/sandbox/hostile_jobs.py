@@ -41,13 +41,3 @@ def connect_loopback(port: int) -> str:
 
 def segfault() -> None:
     ctypes.string_at(0)
-
-
-def record_pid_and_sleep(path: str) -> None:
-    """Write this job's pid where the test reads it, then outlast any test."""
-    import os
-    import time
-
-    with open(path, "w") as out:
-        out.write(str(os.getpid()))
-    time.sleep(600)

@@ -148,11 +148,9 @@ def _child(
     limits: Limits,
     workdir: Path,
     environ: dict[str, str],
-    owner: int,
 ) -> None:
     try:
         _confine(limits, workdir, environ)
-        _outlive_no_owner(owner, limits.wall_s)
     except BaseException as exc:  # e.g. the parent gave up and removed the directory
         _answer(conn, (JobStatus.ERROR, f"the sandbox could not be set up: {exc!r}"))
     try:
@@ -160,25 +158,6 @@ def _child(
     except BaseException as exc:  # the job's failure becomes a reported outcome
         message = (JobStatus.ERROR, f"{type(exc).__name__}: {exc}")
     _answer(conn, message)
-
-
-def _outlive_no_owner(owner: int, wall_s: float) -> None:
-    """End the job's whole process group once the process that ran it is gone, or past
-    its wall limit: the owner enforces both while it lives, but a run killed with -9
-    would leave its job burning cores under the next command's benchmarks. (A sleeping
-    thread: it costs the probes that watch for work after return nothing measurable.)"""
-    deadline = time.monotonic() + wall_s + OWNER_GRACE_S
-
-    def watch() -> None:
-        while _alive(owner) and time.monotonic() < deadline:
-            time.sleep(OWNER_POLL_S)
-        os.killpg(0, signal.SIGKILL)
-
-    threading.Thread(target=watch, name="swarmfab-owner-watch", daemon=True).start()
-
-
-OWNER_POLL_S = 0.5
-OWNER_GRACE_S = 10.0  # the owner kills a job at its wall limit; this is the backstop
 
 
 def _answer(conn: multiprocessing.connection.Connection, message: tuple[JobStatus, Any]) -> None:
@@ -255,8 +234,7 @@ def _supervise(
     context = _context()
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(
-        target=_child, args=(sender, job, args, limits, workdir, dict(os.environ), os.getpid()),
-        daemon=True,
+        target=_child, args=(sender, job, args, limits, workdir, dict(os.environ)), daemon=True
     )
     process.start()
     sender.close()
