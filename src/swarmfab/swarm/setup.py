@@ -102,6 +102,12 @@ class Setup:
         if all(name in compiling for name in names):  # someone must be able to be incumbent
             names += [n for n in workload.default_baselines(goal.device) if n not in compiling]
         self.names = tuple(names)
+        self._fingerprint = host_fingerprint(goal.threads)  # reads /proc/cpuinfo: once
+        source = ""
+        if workload.source_file is not None:  # a user's workload: its text is part of it
+            digest = hashlib.sha256(Path(workload.source_file).read_bytes()).hexdigest()
+            source = f" {digest[:16]}"
+        self._workload_key = f"{workload.name}{source}"
         # per shape: the baselines whose time per call the store knows, with its source
         self.cached = {case.shape.label: self._recall(case.shape.label)
                        for case in evaluator.targets}
@@ -156,9 +162,8 @@ class Setup:
                 fastest = min((seconds for name, seconds in calls[label].items()
                                if name not in workload.compiling_baselines), default=0.0)
                 closing[label] = JOB_ESTIMATE_S + 2 * inputs_s + 2 * FINAL_MIN_ROUNDS * fastest
-        stored = self.goal.device == "cpu" and self.store.host_peaks(
-            host_fingerprint(self.goal.threads)) is not None
-        return SetupEstimate(references, 0.0 if stored else PEAKS_ESTIMATE_S, closing, calls,
+        return SetupEstimate(references, 0.0 if self._peaks_stored() else PEAKS_ESTIMATE_S,
+                             closing, calls,
                              drawing)
 
     def _probe_baselines(self, label: str, inputs: Inputs, factor: float) -> dict[str, float]:
@@ -197,8 +202,7 @@ class Setup:
 
     def _peaks(self) -> None:
         self._phase("measuring host peaks")
-        stored = self.goal.device == "cpu" and self.store.host_peaks(
-            host_fingerprint(self.goal.threads)) is not None
+        stored = self._peaks_stored()
         if not stored:
             self._log("measuring this host's peaks (stored for later runs)")
         peaks = self.evaluator.peaks = host_peaks(self.store, self.goal.threads,
@@ -255,39 +259,34 @@ class Setup:
                     self._save(table.shape, name, table.seconds[name].median, "measured")
 
     # -- reuse -----------------------------------------------------------------------
+    def _peaks_stored(self) -> bool:
+        """Whether an earlier run measured this host's peaks (a device is always measured)."""
+        return self.goal.device == "cpu" and self.store.host_peaks(self._fingerprint) is not None
+
     def _key(self, label: str, name: str) -> str:
-        workload = self.evaluator.workload
-        source = ""
-        if workload.source_file is not None:  # a user's workload: its text is part of it
-            digest = hashlib.sha256(Path(workload.source_file).read_bytes()).hexdigest()
-            source = f" {digest[:16]}"
-        return (f"baseline v2 | {workload.name}{source} | {label} | {name} | "
-                f"{self.goal.device} | {host_fingerprint(self.goal.threads)} | "
-                f"torch {torch.__version__}")
+        return (f"baseline v2 | {self._workload_key} | {label} | {name} | "
+                f"{self.goal.device} | {self._fingerprint} | torch {torch.__version__}")
+
+    def _stored(self, label: str, name: str) -> tuple[float, str] | None:
+        """A baseline's stored (seconds per call, "measured" or "estimated"), or None."""
+        value = self.store.measurement(self._key(label, name))
+        return None if value is None else (float(value["seconds"]), str(value["source"]))
 
     def _recall(self, label: str) -> dict[str, tuple[float, str]]:
-        """The stored (seconds per call, "measured" or "estimated") of each baseline."""
+        """What the store knows of each baseline on the shape."""
         if self.goal.device != "cpu":  # device baselines autotune: always timed afresh
             return {}
-        known = {}
-        for name in self.names:
-            value = self.store.measurement(self._key(label, name))
-            if value is not None:
-                known[name] = (float(value["seconds"]), str(value["source"]))
-        return known
+        known = {name: self._stored(label, name) for name in self.names}
+        return {name: value for name, value in known.items() if value is not None}
 
     def _save(self, label: str, name: str, seconds: float, source: str) -> None:
         """Keep a time per call; an estimate never replaces a measurement."""
         if self.goal.device != "cpu" or not math.isfinite(seconds):
             return
-        if source == "estimated" and self._recall_one(label, name) == "measured":
+        if source == "estimated" and (self._stored(label, name) or (0.0, ""))[1] == "measured":
             return
         self.store.save_measurement(self._key(label, name),
                                     {"seconds": seconds, "source": source})
-
-    def _recall_one(self, label: str, name: str) -> str | None:
-        value = self.store.measurement(self._key(label, name))
-        return None if value is None else str(value["source"])
 
 
 def _fastest(call: Callable[..., object], *args: object, repeats: int = 2) -> float:
