@@ -195,9 +195,12 @@ class Evaluator:
         """Take work again after :meth:`cancel` (e.g. for the run's closing benchmark)."""
         self._cancel.clear()
 
-    def prepare(self) -> None:
-        """Compute the target shapes' references (the costly ones) up front."""
-        for case in self.targets:
+    def prepare(self, progress: Callable[[int, int, str], None] | None = None) -> None:
+        """Compute the target shapes' references (the costly ones) up front;
+        ``progress(done, total, label)`` is told before each shape starts."""
+        for number, case in enumerate(self.targets):
+            if progress is not None:
+                progress(number, len(self.targets), case.shape.label)
             self.reference(case)
             self.reference(probes.twin_case(case))
 

@@ -40,7 +40,6 @@ from swarmfab.measure import TimingPolicy
 from swarmfab.measure.roofline import host_fingerprint
 from swarmfab.swarm.budget import SETUP_SHARE, Budget
 from swarmfab.swarm.hosts import host_peaks
-from swarmfab.verify import probes
 from swarmfab.workloads import Case, Inputs
 
 __all__ = ["CALIBRATION", "FINAL_MIN_ROUNDS", "Calibration", "Setup", "SetupEstimate",
@@ -194,11 +193,8 @@ class Setup:
 
     def _references(self) -> None:
         self._phase("computing references")
-        targets = self.evaluator.targets
-        for number, case in enumerate(targets, 1):
-            self._log(f"computing references {number}/{len(targets)}: {case.shape.label}")
-            self.evaluator.reference(case)
-            self.evaluator.reference(probes.twin_case(case))
+        self.evaluator.prepare(lambda done, total, label: self._log(
+            f"computing references {done + 1}/{total}: {label}"))
 
     def _peaks(self) -> None:
         self._phase("measuring host peaks")
