@@ -49,6 +49,10 @@ def candidate_from_file(workload: str, file: Path, backend: str | None = None) -
         kind = backend or backend_for_file(file)
     except CandidateError as exc:  # an unknown suffix: nothing to judge, a usage error
         raise GoalError(f"{exc}, or name the backend with --backend") from None
+    if backend is None and kind == "python":  # a problem's answer is a ModelNew file
+        from swarmfab.workloads import get_workload
+
+        kind = get_workload(workload).python_backend
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -7,7 +7,12 @@ from pathlib import Path
 from swarmfab.backends._base import Artifact, Backend
 from swarmfab.backends.c import CBackend, host_isa
 from swarmfab.backends.gpu import CudaBackend, TritonBackend, cuda_device_available
-from swarmfab.backends.python import NumbaBackend, PythonBackend, TorchCompileBackend
+from swarmfab.backends.python import (
+    ModuleBackend,
+    NumbaBackend,
+    PythonBackend,
+    TorchCompileBackend,
+)
 from swarmfab.errors import CandidateError
 
 __all__ = [
@@ -15,6 +20,7 @@ __all__ = [
     "Backend",
     "CBackend",
     "CudaBackend",
+    "ModuleBackend",
     "NumbaBackend",
     "PythonBackend",
     "TorchCompileBackend",
@@ -28,7 +34,8 @@ __all__ = [
 
 _BACKENDS: dict[str, type[Backend]] = {
     "c": CBackend, "python": PythonBackend, "numba": NumbaBackend,
-    "torch-compile": TorchCompileBackend, "cuda": CudaBackend, "triton": TritonBackend,
+    "torch-compile": TorchCompileBackend, "torch-module": ModuleBackend,
+    "cuda": CudaBackend, "triton": TritonBackend,
 }
 _SUFFIXES = {".c": "c", ".py": "python", ".cu": "cuda"}
 

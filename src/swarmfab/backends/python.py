@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -13,7 +14,7 @@ from swarmfab.errors import BuildError, CandidateError
 from swarmfab.records import Candidate
 from swarmfab.workloads import Forward, Workload
 
-__all__ = ["NumbaBackend", "PythonBackend", "TorchCompileBackend"]
+__all__ = ["ModuleBackend", "NumbaBackend", "PythonBackend", "TorchCompileBackend"]
 
 
 class PythonBackend(Backend):
@@ -92,3 +93,43 @@ class TorchCompileBackend(PythonBackend):
         inductor.compile_threads = 1
         forward = super().load(artifact, workload, fill_outputs=fill_outputs)
         return torch.compile(forward)  # recompiles for new shapes, then goes dynamic
+
+
+class ModuleBackend(PythonBackend):
+    """A problem's answer: a Python file defining ``class ModelNew(nn.Module)``.
+
+    The workload builds the module (its weights given by name) and calls it; loading
+    returns the class, once per file in a process, so every call of a job shares one
+    instance and one compilation. Candidates may use ``torch.compile`` (which starts
+    the compiler), hence jobs that may start processes.
+    """
+
+    name = "torch-module"
+    needs_processes = True
+
+    def build(self, candidate: Candidate, cache_dir: Path) -> Artifact:
+        artifact = super().build(candidate, cache_dir)
+        return Artifact(self.name, artifact.path, artifact.cached)
+
+    def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
+        return _module_class(str(artifact.path))
+
+
+@functools.cache
+def _module_class(path: str) -> type:
+    import torch
+
+    module_name = f"swarmfab_module_{Path(path).parent.name}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise CandidateError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the candidate's own import-time code failed
+        raise CandidateError(f"importing the candidate raised {exc!r}") from exc
+    found = getattr(module, "ModelNew", None)
+    if not (isinstance(found, type) and issubclass(found, torch.nn.Module)):
+        raise CandidateError("the candidate file does not define `class ModelNew(nn.Module)`")
+    return found

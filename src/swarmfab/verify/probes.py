@@ -22,7 +22,6 @@ wrapper, and impossible speed is judged against the roofline by the evaluator.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Mapping
@@ -49,13 +48,11 @@ __all__ = [
 SETTLE_SECONDS = 0.02
 IDLE_SECONDS = 0.1
 IDLE_CPU_LIMIT = 0.05  # CPU seconds a process may burn while nothing is being asked of it
-TWIN_SEED_OFFSET = 7919
 
 
 def twin_case(case: Case) -> Case:
     """Same shape and distribution, other values: used to refill the same buffers."""
-    return dataclasses.replace(case, name=f"{case.name} (fresh inputs, same buffers)",
-                               seed=case.seed + TWIN_SEED_OFFSET)
+    return case.twin()
 
 
 def nudged(inputs: Inputs, seed: int) -> dict[str, torch.Tensor | float | None]:

@@ -109,6 +109,9 @@ class Distribution:
     scale: float | None = None  # the attention scale; None: the default K ** -0.5
 
 
+TWIN_SEED_OFFSET = 7919
+
+
 @dataclass(frozen=True, slots=True)
 class Case:
     """A reproducible validation input: shape, distribution and seed."""
@@ -118,6 +121,18 @@ class Case:
     distribution: Distribution = field(default_factory=Distribution)
     seed: int = 0
     origin: str = "builtin"
+
+    def twin(self) -> Case:
+        """Same shape and distribution, other values: the verifier writes them into the
+        very buffers of this case's call (fresh inputs, same buffers)."""
+        return Case(f"{self.name} (fresh inputs, same buffers)", self.shape,
+                    self.distribution, self.seed + TWIN_SEED_OFFSET, self.origin)
+
+    @property
+    def family_seed(self) -> int:
+        """The seed a case shares with its twins: state that is not an input (a module's
+        weights) is drawn from it, so a twin's fresh inputs meet the same state."""
+        return self.seed % TWIN_SEED_OFFSET
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -170,6 +185,12 @@ class Workload(ABC):
     opt_in_baselines: frozenset[str] = frozenset()  # timed only when asked for by name
     compiling_baselines: frozenset[str] = frozenset()  # start a compiler when first called
     cuda_baselines: frozenset[str] = frozenset()  # run on a CUDA device only (fla's kernels)
+    python_backend: str = "python"  # the backend of a .py candidate file
+
+    def dims_of(self, sizes: Mapping[str, int]) -> AnyShape:
+        """The shape with these named sizes (a goal's ``[[sizes]]``); ValueError where the
+        workload takes no named sizes or not these."""
+        raise ValueError(f"workload {self.name} takes no named sizes; give [[shapes]]")
 
     def default_baselines(self, device: str = "cpu") -> list[str]:
         """The baselines timed unless the user names others: on a CUDA device the GPU

@@ -1,8 +1,10 @@
 """User workloads: an operator described in a Python file, loaded as a :class:`Workload`.
 
 The file defines one subclass of ``swarmfab.workloads.Workload`` (or a module-level
-``workload`` instance). Everything a mistake can break is checked when the file loads,
-and each problem is reported by name, so the user learns what to fix before any run.
+``workload`` instance), or it is a problem file in the KernelBench convention
+(``Model``, ``get_inputs``, ``get_init_inputs``: see ``_problem.py``). Everything a
+mistake can break is checked when the file loads, and each problem is reported by name,
+so the user learns what to fix before any run.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from swarmfab.errors import WorkloadError
 from swarmfab.workloads._base import Workload
+from swarmfab.workloads._problem import ProblemWorkload, is_problem_source
 
 __all__ = ["is_workload_file", "load_workload_file"]
 
@@ -41,9 +44,21 @@ def load_workload_file(path_text: str) -> Workload:
         spec.loader.exec_module(module)
     except Exception as exc:  # the user's file is broken: say where
         raise WorkloadError(f"workload file {path} failed to import: {exc!r}") from exc
-    workload = _validated(_find(module, path), path)
+    if is_problem_source(module) and not _declares_workload(module):
+        source = path.read_text(encoding="utf-8")
+        workload: Workload = ProblemWorkload(path.resolve(), source, vars(module))
+    else:
+        workload = _find(module, path)
+    workload = _validated(workload, path)
     workload.source_file = str(path.resolve())
     return workload
+
+
+def _declares_workload(module: object) -> bool:
+    return isinstance(getattr(module, "workload", None), Workload) or any(
+        inspect.isclass(value) and issubclass(value, Workload) and value is not Workload
+        and value.__module__ == getattr(module, "__name__", None)
+        for value in vars(module).values())
 
 
 def _find(module: object, path: Path) -> Workload:
@@ -76,7 +91,9 @@ def _validated(workload: Workload, path: Path) -> Workload:
     if not getattr(workload, "name", ""):
         problems.append("`name` is empty")
     if not workload.default_shapes:
-        problems.append("`default_shapes` is empty (the target shapes to benchmark)")
+        problems.append("`default_shapes` is empty (the target shapes to benchmark)"
+                        if not isinstance(workload, ProblemWorkload) else
+                        "no module-level size (an integer literal of at least 8)")
     if not workload.output_names:
         problems.append("`output_names` is empty")
     try:

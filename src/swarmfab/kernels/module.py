@@ -1,0 +1,168 @@
+"""The design space of any PyTorch module: how its ``Model`` is compiled and run.
+
+Every setting renders to one plain file: the problem's own source followed by a
+``class ModelNew(Model)`` whose first call prepares the fast path (compiled, traced and
+frozen, converted) and whose later calls take it. A user can read the file and keep it.
+
+- algorithm, ``engine``: eager PyTorch, Inductor (``torch.compile``), or TorchScript
+  trace + freeze;
+- compiler, ``autotune``, ``freezing``, ``cpp_wrapper``, ``dynamic``: Inductor's
+  GEMM/conv autotuning; weights folded in as (prepacked) constants; the wrapper in C++
+  instead of Python; dynamic shapes or one graph per shape;
+- tiling, ``coordinate_descent``: Inductor's tuning of its kernels' block sizes;
+- layout, ``layout``: channels-last activations and weights (problems with convolutions);
+- numerics, ``precision``: bfloat16 autocast, only where the CPU has bfloat16
+  instructions (the verifier holds it to the goal's tolerance);
+- parallelism, ``threads``: the benchmark's threads, or one (a small problem pays for
+  waking a pool);
+- runtime, ``grad_mode``: ``no_grad`` or ``inference_mode`` around the call.
+
+A template reads only the knobs of its engine; the others are not rendered, so settings
+that differ only there are the same candidate and are judged once.
+"""
+
+from __future__ import annotations
+
+import re
+
+from swarmfab.kernels._host import host_cpu_flags
+from swarmfab.kernels._space import DesignSpace, Knob, Setting
+
+__all__ = ["module_space", "render_module"]
+
+ENTRY = "model_new.py"
+_CONVOLUTION = re.compile(r"\bconv[123]d\b|\bConv[123]d\b|\bconv_transpose[123]d\b"
+                          r"|\bConvTranspose[123]d\b")
+_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def module_space(workload: str, source: str, flags: frozenset[str] | None = None
+                 ) -> DesignSpace:
+    """The space of ``workload`` (a problem file whose text is ``source``)."""
+    flags = host_cpu_flags() if flags is None else flags
+    knobs = [
+        Knob("engine", "algorithm", ("inductor", "eager", "jit-freeze"), "inductor",
+             help="how the forward runs"),
+        Knob("autotune", "compiler", ("off", "on"), "off",
+             help="Inductor max_autotune: benchmark GEMM/conv choices at compile time"),
+        Knob("freezing", "compiler", ("off", "on"), "off",
+             help="Inductor freezing: weights become constants, prepacked for the CPU"),
+        Knob("cpp_wrapper", "compiler", ("off", "on"), "off",
+             help="Inductor's wrapper code in C++ (less Python per call)"),
+        Knob("dynamic", "compiler", ("auto", "static"), "auto",
+             help="torch.compile dynamic=None (auto) or False (one graph per shape)"),
+        Knob("coordinate_descent", "tiling", ("off", "on"), "off",
+             help="Inductor coordinate-descent tuning of block sizes"),
+        Knob("threads", "parallelism", ("all", "one"), "all",
+             help="intra-op threads: the benchmark's, or one"),
+        Knob("grad_mode", "runtime", ("no_grad", "inference_mode"), "no_grad",
+             help="autograd bookkeeping switched off, or inference mode"),
+    ]
+    if _CONVOLUTION.search(source):
+        knobs.append(Knob("layout", "layout", ("contiguous", "channels_last"), "contiguous",
+                          help="memory format of 4-D activations and weights"))
+    if any(flag in flags for flag in _BF16_FLAGS):
+        knobs.append(Knob("precision", "numerics", ("float32", "bfloat16"), "float32",
+                          help="bfloat16 autocast where the CPU has bfloat16 instructions"))
+
+    def render(setting: Setting, threads: int) -> tuple[dict[str, str], str, tuple[str, ...]]:
+        return {ENTRY: render_module(source, setting, threads)}, ENTRY, ()
+
+    return DesignSpace(name="torch-module", workload=workload, backend="torch-module",
+                       knobs=tuple(knobs), render=render)
+
+
+def render_module(source: str, setting: Setting, threads: int) -> str:
+    """The problem's source plus the ModelNew that ``setting`` describes."""
+    engine = str(setting.get("engine", "inductor"))
+    shown = {name: value for name, value in sorted(setting.items())
+             if name in _read_by(engine, setting)}
+    if threads <= 1:
+        shown.pop("threads", None)
+    lines = [
+        "", "",
+        "# " + "-" * 86,
+        "# ModelNew: the Model above, run with "
+        + (", ".join(f"{k}={v}" for k, v in shown.items()) or "its defaults"),
+        "# " + "-" * 86,
+        "class ModelNew(Model):",
+        '    """The first call prepares the fast path (with the weights already loaded);',
+        '    later calls take it."""',
+        "",
+        "    def forward(self, *inputs):",
+        '        run = self.__dict__.get("_fast")',
+        "        if run is None:",
+        '            run = self.__dict__["_fast"] = self._prepare(inputs)',
+        "        return run(*inputs)",
+        "",
+        "    def _prepare(self, example):",
+    ]
+    body = _prepare_body(engine, shown)
+    lines += ["        " + line if line else "" for line in body]
+    text = source.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
+    if engine == "jit-freeze":
+        text += _EAGER_WRAPPER
+    return text
+
+
+def _read_by(engine: str, setting: Setting) -> set[str]:
+    """The knobs a setting's template reads (the others are not rendered)."""
+    read = {"engine", "threads", "grad_mode", "layout", "precision"}
+    if engine == "inductor":
+        read |= {"autotune", "freezing", "cpp_wrapper", "dynamic", "coordinate_descent"}
+    return read & set(setting)
+
+
+def _prepare_body(engine: str, shown: Setting) -> list[str]:
+    body = []
+    if shown.get("threads") == "one":
+        body.append("torch.set_num_threads(1)")
+    channels_last = shown.get("layout") == "channels_last"
+    if channels_last:
+        body.append("self.to(memory_format=torch.channels_last)")
+    if engine == "eager":
+        body.append("fast = super().forward")
+    elif engine == "inductor":
+        options = {"max_autotune": shown.get("autotune") == "on",
+                   "freezing": shown.get("freezing") == "on",
+                   "cpp_wrapper": shown.get("cpp_wrapper") == "on",
+                   "coordinate_descent_tuning": shown.get("coordinate_descent") == "on"}
+        chosen = {name: True for name, on in options.items() if on}
+        dynamic = "False" if shown.get("dynamic") == "static" else "None"
+        body.append(f"fast = torch.compile(super().forward, dynamic={dynamic}"
+                    + (f", options={chosen!r})" if chosen else ")"))
+    else:  # jit-freeze
+        body += ["with torch.no_grad():",
+                 "    traced = torch.jit.trace(_Eager(self).eval(), tuple(example))",
+                 "fast = torch.jit.optimize_for_inference(torch.jit.freeze(traced))"]
+    grad = "torch.inference_mode()" if shown.get("grad_mode") == "inference_mode" \
+        else "torch.no_grad()"
+    bfloat16 = shown.get("precision") == "bfloat16"
+    body += ["", "def run(*inputs):"]
+    if channels_last:
+        body.append("    inputs = [x.contiguous(memory_format=torch.channels_last) "
+                    "if isinstance(x, torch.Tensor) and x.dim() == 4 else x for x in inputs]")
+    if bfloat16:
+        body += [f"    with {grad}, torch.autocast('cpu', dtype=torch.bfloat16):",
+                 "        out = fast(*inputs)",
+                 "    if isinstance(out, tuple):",
+                 "        return tuple(o.float() for o in out)",
+                 "    return out.float()"]
+    else:
+        body += [f"    with {grad}:", "        return fast(*inputs)"]
+    body += ["", "return run"]
+    return body
+
+
+_EAGER_WRAPPER = '''
+
+class _Eager(torch.nn.Module):
+    """Model's own forward on the ModelNew's parameters, for tracing."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs):
+        return Model.forward(self.model, *inputs)
+'''

@@ -1,0 +1,424 @@
+"""Problem files: a PyTorch module in the KernelBench convention, as a :class:`Workload`.
+
+A problem file defines ``class Model(nn.Module)``, ``get_inputs()`` (the forward's
+arguments) and ``get_init_inputs()`` (the constructor's), with its sizes as module-level
+integer literals (``batch_size = 64``). A candidate answers with ``class ModelNew``.
+
+- **Sizes.** Every module-level ``name = <int>`` of at least :data:`MIN_SIZE` is a size
+  (smaller integers are axes, kernel sizes, strides: never changed). A shape is a
+  :class:`Dims` of those names; the file is executed again with the literals replaced,
+  so expressions derived from them follow. Halving every size together keeps their
+  ratios and any divisibility between them (:func:`halved`).
+- **Weights.** ``Model(*get_init_inputs())`` is built under a seed drawn from the case
+  (:meth:`Case.family_seed`: a case and its twins share it, so fresh inputs in the same
+  buffers meet the same weights); ``ModelNew`` is built under another seed and given
+  those weights by name. A candidate must declare every parameter and buffer of
+  ``Model`` under the same name; it cannot learn the weights from its own
+  initialisation, and a candidate that hard-codes them fails the next case's.
+- **Reference.** The eager ``Model`` in float64 (weights and floating inputs converted),
+  or in float32 when one of its operators has no float64 kernel (then the goal's
+  tolerance is what holds it).
+- **Calls.** The forward of a candidate or baseline is a module *class*; the first call
+  with a case's state builds the instance (outside any timing: the worker makes an
+  untimed call first), later calls reuse it.
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from swarmfab.errors import CandidateError, WorkloadError
+from swarmfab.workloads._base import Case, Dims, Forward, Inputs, Outputs, Workload
+
+if TYPE_CHECKING:
+    from swarmfab.kernels import DesignSpace
+
+__all__ = [
+    "MIN_SIZE",
+    "ModuleState",
+    "ProblemWorkload",
+    "halved",
+    "is_problem_source",
+    "problem_sizes",
+]
+
+MIN_SIZE = 8  # module-level integers below this are axes, kernel sizes, strides
+STATE = "module"  # the input entry that carries a case's weights and constructor args
+CANDIDATE_SEED_OFFSET = 104729  # ModelNew is built under another seed than Model
+
+_RNG_LOCK = threading.Lock()  # get_inputs() draws from torch's global generator
+
+
+def is_problem_source(module: object) -> bool:
+    """A module in the problem convention: Model, get_inputs and get_init_inputs."""
+    return all(callable(getattr(module, name, None))
+               for name in ("Model", "get_inputs", "get_init_inputs"))
+
+
+@dataclass(frozen=True, slots=True)
+class _SizeSite:
+    name: str
+    value: int
+    line: int  # 1-based
+    start: int  # column of the literal
+    end: int
+
+
+def _size_sites(source: str) -> list[_SizeSite]:
+    """Module-level ``name = <int literal>`` assignments of at least MIN_SIZE."""
+    sites = []
+    for node in ast.parse(source).body:
+        target: ast.expr | None = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        elif isinstance(node, ast.AnnAssign):
+            target = node.target
+        value = getattr(node, "value", None)
+        if not (isinstance(target, ast.Name) and isinstance(value, ast.Constant)):
+            continue
+        if type(value.value) is not int or value.value < MIN_SIZE:
+            continue
+        if value.lineno != value.end_lineno or value.end_col_offset is None:
+            continue
+        sites.append(_SizeSite(target.id, value.value, value.lineno, value.col_offset,
+                               value.end_col_offset))
+    return sites
+
+
+def problem_sizes(source: str) -> dict[str, int]:
+    """The sizes a problem file exposes, in the order it declares them."""
+    return {site.name: site.value for site in _size_sites(source)}
+
+
+def resized_source(source: str, sizes: Mapping[str, int]) -> str:
+    """``source`` with its size literals replaced by ``sizes`` (names it does not have
+    are an error; names left out keep their value)."""
+    sites = {site.name: site for site in _size_sites(source)}
+    unknown = sorted(set(sizes) - set(sites))
+    if unknown:
+        raise WorkloadError(f"unknown size(s) {', '.join(unknown)}; the file's sizes are "
+                            f"{', '.join(sites) or 'none'}")
+    lines = source.splitlines(keepends=True)
+    for name, size in sizes.items():
+        site = sites[name]
+        line = lines[site.line - 1]
+        encoded = line.encode()  # ast columns are UTF-8 byte offsets
+        lines[site.line - 1] = (encoded[:site.start] + str(int(size)).encode()
+                                + encoded[site.end:]).decode()
+    return "".join(lines)
+
+
+def halved(sizes: Mapping[str, int], times: int = 1) -> dict[str, int] | None:
+    """Every size divided by 2**times, or None when one would not stay an integer of at
+    least MIN_SIZE (dividing all by the same power of two keeps ratios and divisibility)."""
+    divisor = 2 ** times
+    if any(size % divisor or size // divisor < MIN_SIZE for size in sizes.values()):
+        return None
+    return {name: size // divisor for name, size in sizes.items()}
+
+
+@dataclass(eq=False)
+class ModuleState:
+    """What one case's module is built from: the problem's namespace at the case's
+    sizes, the constructor's arguments and the reference weights (by name)."""
+
+    namespace: dict[str, Any]
+    init_inputs: tuple[Any, ...]
+    weights: dict[str, torch.Tensor]
+    key: tuple[str, int]  # (sizes, weight seed): equal keys, equal modules
+
+    @property
+    def model_class(self) -> type[torch.nn.Module]:
+        return self.namespace["Model"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Baseline:
+    """A baseline resolved against the case's own namespace (its ``Model`` class)."""
+
+    name: str
+
+    def __call__(self, *arguments: Any) -> Any:
+        raise WorkloadError(f"baseline {self.name} is a module: call it through the workload")
+
+    def resolve(self, state: ModuleState) -> type[torch.nn.Module]:
+        model = state.model_class
+        if self.name == "torch-eager":
+            return model
+        compiled = _compiled_classes.get(model)
+        if compiled is None:
+            compiled = _compiled_classes[model] = _torch_compile_class(model)
+        return compiled
+
+
+_compiled_classes: dict[type, type[torch.nn.Module]] = {}
+
+
+def _torch_compile_class(model: type[torch.nn.Module]) -> type[torch.nn.Module]:
+    """``Model`` whose forward runs through ``torch.compile`` with its defaults: the one
+    line a user tries first."""
+
+    class TorchCompile(model):  # type: ignore[valid-type, misc]
+        def forward(self, *inputs: Any) -> Any:
+            compiled = self.__dict__.get("_swarmfab_compiled")
+            if compiled is None:
+                compiled = self.__dict__["_swarmfab_compiled"] = torch.compile(
+                    model.forward.__get__(self))
+            return compiled(*inputs)
+
+    return TorchCompile
+
+
+class ProblemWorkload(Workload):
+    """The workload of one problem file (see the module's documentation)."""
+
+    compiling_baselines = frozenset({"torch-compile"})
+    python_backend = "torch-module"
+
+    def __init__(self, path: Path, source: str, namespace: dict[str, Any]):
+        self.path = path
+        self.source = source
+        self.name = path.stem
+        self.family = "torch-module"
+        doc = (namespace.get("__doc__") or "").strip().splitlines()
+        self.description = doc[0] if doc else f"the Model of {path.name}"
+        self.sizes = problem_sizes(source)
+        self.default_shapes = (Dims.of(**self.sizes),)
+        self._namespaces: dict[tuple[tuple[str, int], ...], dict[str, Any]] = {
+            tuple(self.sizes.items()): namespace}
+        self._lock = threading.Lock()
+        self.output_names = self._outputs_on_meta(namespace)
+
+    # -- sizes -----------------------------------------------------------------------
+    def dims_of(self, sizes: Mapping[str, int]) -> Dims:
+        """The shape with ``sizes`` (the file's own value for any size left out)."""
+        unknown = sorted(set(sizes) - set(self.sizes))
+        if unknown:
+            raise WorkloadError(f"{self.path.name} has no size {', '.join(unknown)}; its "
+                                f"sizes are {', '.join(self.sizes) or 'none'}")
+        return Dims.of(**{**self.sizes, **{k: int(v) for k, v in sizes.items()}})
+
+    def namespace(self, dims: Dims) -> dict[str, Any]:
+        """The problem executed at ``dims`` (cached)."""
+        key = dims.sizes
+        with self._lock:
+            known = self._namespaces.get(key)
+        if known is not None:
+            return known
+        text = resized_source(self.source, dict(key))
+        namespace: dict[str, Any] = {"__name__": f"swarmfab_problem_{self.name}",
+                                     "__file__": str(self.path)}
+        try:
+            exec(compile(text, str(self.path), "exec"), namespace)
+        except Exception as exc:
+            raise WorkloadError(f"{self.path} failed at sizes {dims.label}: {exc!r}") from exc
+        with self._lock:
+            return self._namespaces.setdefault(key, namespace)
+
+    def runs_at(self, dims: Dims) -> bool:
+        """Whether the problem builds and runs at ``dims`` (checked on the meta device:
+        shapes only, no memory, no arithmetic)."""
+        try:
+            namespace = self.namespace(dims)
+            with torch.device("meta"), torch.no_grad():
+                model = namespace["Model"](*namespace["get_init_inputs"]())
+                model(*namespace["get_inputs"]())
+        except Exception:
+            return False
+        return True
+
+    def meta_bytes(self, dims: Dims) -> int | None:
+        """Bytes of the inputs and weights at ``dims`` (from the meta device)."""
+        try:
+            namespace = self.namespace(dims)
+            with torch.device("meta"):
+                model = namespace["Model"](*namespace["get_init_inputs"]())
+                inputs = namespace["get_inputs"]()
+        except Exception:
+            return None
+        tensors = [*model.state_dict().values(), *(x for x in inputs
+                                                   if isinstance(x, torch.Tensor))]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def _outputs_on_meta(self, namespace: dict[str, Any]) -> tuple[str, ...]:
+        try:
+            with torch.device("meta"), torch.no_grad():
+                model = namespace["Model"](*namespace["get_init_inputs"]())
+                result = model(*namespace["get_inputs"]())
+        except Exception:
+            return ("out",)  # the first real call will tell
+        return _output_names(result)
+
+    # -- the contract ----------------------------------------------------------------
+    def make_inputs(self, case: Case, dtype: torch.dtype = torch.float32) -> Inputs:
+        if not isinstance(case.shape, Dims):
+            raise WorkloadError(f"{self.name} takes named sizes, not {case.shape}")
+        namespace = self.namespace(case.shape)
+        weight_seed = case.family_seed
+        with _RNG_LOCK, torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(weight_seed)
+            init_inputs = tuple(namespace["get_init_inputs"]())
+            model = namespace["Model"](*init_inputs)
+            weights = {name: value.detach().clone()
+                       for name, value in model.state_dict(keep_vars=False).items()}
+            torch.manual_seed(case.seed)
+            arguments = list(namespace["get_inputs"]())
+        state = ModuleState(namespace, init_inputs, weights, (case.shape.label, weight_seed))
+        inputs: dict[str, Any] = {STATE: state}
+        for index, value in enumerate(arguments):
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                value = value.to(dtype)
+            inputs[f"arg{index}"] = value
+        return inputs
+
+    def reference(self, inputs: Inputs) -> Outputs:
+        state = _state_of(inputs)
+        arguments = _arguments(inputs)
+        try:
+            return self._reference_in(state, arguments, torch.float64)
+        except (RuntimeError, NotImplementedError, TypeError):
+            return self._reference_in(state, arguments, torch.float32)
+
+    def _reference_in(self, state: ModuleState, arguments: list[Any],
+                      dtype: torch.dtype) -> Outputs:
+        with _RNG_LOCK, torch.random.fork_rng(devices=[]):
+            model = state.model_class(*state.init_inputs)
+        model.load_state_dict(state.weights)
+        model = model.to(dtype).eval()
+        converted = [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point()
+                     else x for x in arguments]
+        with torch.no_grad():
+            return _named(model(*converted), self.output_names)
+
+    def call(self, forward: Forward, inputs: Inputs) -> Outputs:
+        state = _state_of(inputs)
+        module = self.instance(forward, state, device=_device_of(inputs))
+        return _named(module(*_arguments(inputs)), self.output_names)
+
+    def instance(self, forward: Forward, state: ModuleState,
+                 device: torch.device | None = None) -> torch.nn.Module:
+        """The module of ``forward`` (a class, or a baseline) with the case's weights."""
+        cls = forward.resolve(state) if isinstance(forward, _Baseline) else forward
+        cache = _instances.setdefault(state.key, {})
+        module = cache.get(id(cls))
+        if module is None:
+            module = cache[id(cls)] = build_module(cls, state, device)
+        return module
+
+    def baselines(self) -> dict[str, Forward]:
+        return {"torch-eager": _Baseline("torch-eager"),
+                "torch-compile": _Baseline("torch-compile")}
+
+    def validation_cases(self) -> list[Case]:
+        return validation_cases(self)
+
+    def design_space(self) -> DesignSpace:
+        from swarmfab.kernels.module import module_space
+
+        return module_space(self.name, self.source)
+
+
+# per process: the module each (case state, class) was built as, so a job's calls share
+# one instance (and one compilation)
+_instances: dict[tuple[str, int], dict[int, torch.nn.Module]] = {}
+
+
+def build_module(cls: Any, state: ModuleState, device: torch.device | None) -> torch.nn.Module:
+    """``cls`` built under its own seed, given the reference weights by name: every
+    parameter and buffer of ``Model`` must be one of the candidate's, same shape."""
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise CandidateError(f"expected an nn.Module class, got {cls!r}")
+    with _RNG_LOCK, torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(state.key[1] + CANDIDATE_SEED_OFFSET)
+        module = cls(*state.init_inputs)
+    own = module.state_dict()
+    missing = [name for name in state.weights if name not in own]
+    if missing:
+        raise CandidateError(f"{cls.__name__} has no parameter or buffer named "
+                             f"{', '.join(missing[:5])} (Model's weights are given by name)")
+    wrong = [f"{name} {tuple(own[name].shape)} (Model: {tuple(value.shape)})"
+             for name, value in state.weights.items() if own[name].shape != value.shape]
+    if wrong:
+        raise CandidateError(f"{cls.__name__}: weights of another shape: {'; '.join(wrong[:3])}")
+    module.load_state_dict(state.weights, strict=False)
+    if device is not None and device.type != "cpu":
+        module = module.to(device)
+    return module.eval()
+
+
+def _state_of(inputs: Inputs) -> ModuleState:
+    state = inputs.get(STATE)
+    if not isinstance(state, ModuleState):
+        raise WorkloadError("problem inputs carry no module state")
+    return state
+
+
+def _arguments(inputs: Inputs) -> list[Any]:
+    return [value for name, value in inputs.items() if name != STATE]
+
+
+def _device_of(inputs: Inputs) -> torch.device | None:
+    return next((value.device for value in inputs.values()
+                 if isinstance(value, torch.Tensor)), None)
+
+
+def _output_names(result: Any) -> tuple[str, ...]:
+    if isinstance(result, tuple | list):
+        return tuple(f"out{index}" for index in range(len(result)))
+    return ("out",)
+
+
+def _named(result: Any, names: tuple[str, ...]) -> Outputs:
+    values = list(result) if isinstance(result, tuple | list) else [result]
+    if len(values) != len(names):
+        raise CandidateError(f"returned {len(values)} output(s); Model returns {len(names)}")
+    for name, value in zip(names, values, strict=True):
+        if not isinstance(value, torch.Tensor):
+            raise CandidateError(f"output {name} is {type(value).__name__}, not a tensor")
+    return dict(zip(names, values, strict=True))
+
+
+# -- validation cases ------------------------------------------------------------------
+SMALL_BYTES = 2 * 2**20  # validation cases shrink until inputs and weights fit in this
+
+
+def validation_cases(problem: ProblemWorkload) -> list[Case]:
+    """Seeds and sizes that catch a candidate tuned to one shape: the problem halved
+    until small, with two seeds; the same with each size alone changed (where the file
+    allows it); and smaller still."""
+    base = _small(problem)
+    cases = [Case("small", base, seed=1), Case("small, other seed", base, seed=2)]
+    seed = 3
+    for name, size in base.sizes:
+        for changed in (size + size // 2, size + MIN_SIZE, size - MIN_SIZE // 2):
+            dims = problem.dims_of({**dict(base.sizes), name: changed})
+            if changed >= 1 and problem.runs_at(dims):
+                cases.append(Case(f"small, {name}={changed}", dims, seed=seed))
+                seed += 1
+                break
+    smaller = halved(dict(base.sizes))
+    if smaller is not None and problem.runs_at(Dims.of(**smaller)):
+        cases.append(Case("smaller", Dims.of(**smaller), seed=seed))
+    return cases
+
+
+def _small(problem: ProblemWorkload) -> Dims:
+    dims = problem.default_shapes[0]
+    assert isinstance(dims, Dims)
+    for times in range(1, 12):
+        size = problem.meta_bytes(dims)
+        if size is not None and size <= SMALL_BYTES:
+            break
+        smaller = halved(dict(problem.sizes), times)
+        if smaller is None or not problem.runs_at(Dims.of(**smaller)):
+            break
+        dims = Dims.of(**smaller)
+    return dims
+
