@@ -38,9 +38,10 @@ class ClosingPlan:
 
 def closing_reserve(calibration: Calibration, inputs_s: Mapping[str, float]) -> float:
     """Seconds the fewest rounds of the closing table take against each shape's fastest
-    baseline (the champion, faster still, not counted), with starting the job and drawing
-    the inputs (``inputs_s`` per shape, where known)."""
-    return sum(JOB_ESTIMATE_S + inputs_s.get(label, 0.0)
+    baseline (the champion, faster still, not counted), with starting the job, drawing
+    the inputs (``inputs_s`` per shape, where known) and, where implementations compile
+    at their first call, compiling the champion (``Calibration.compile_s``)."""
+    return sum(JOB_ESTIMATE_S + inputs_s.get(label, 0.0) + calibration.compile_s.get(label, 0.0)
                + _warm_up_s([times[fastest]]) + FINAL_MIN_ROUNDS * _round_s([times[fastest]])
                for label, times in calibration.seconds.items()
                for fastest in [calibration.fastest[label]])
@@ -52,9 +53,14 @@ def plan_closing(calibration: Calibration, champion_s: dict[str, float],
     seconds = calibration.seconds
     only = {label: list(baselines) for label in seconds}
 
+    def compiling(label: str) -> float:  # the champion, then any compiling baseline
+        fixed = calibration.compile_s.get(label, 0.0)
+        return fixed * (1 + any(name in calibration.compiling for name in only[label]))
+
     def costs() -> dict[str, tuple[float, float]]:  # per shape: fixed costs, one round
         return {label: (JOB_ESTIMATE_S + calibration.inputs_s.get(label, 0.0)
-                        + _warm_up_s(calls), _round_s(calls)) for label in seconds
+                        + compiling(label) + _warm_up_s(calls), _round_s(calls))
+                for label in seconds
                 for calls in [[seconds[label][n] for n in only[label]]
                               + [champion_s.get(label, 0.0)]]}
 

@@ -51,6 +51,7 @@ CALIBRATION = TimingPolicy(min_rounds=1, max_rounds=5, max_seconds=1.0, warmup_c
 FINAL_MIN_ROUNDS = 2  # the closing table's samples per implementation, at the least
 PEAKS_ESTIMATE_S = 4.0  # measuring the host's peaks (FMA loop, GEMM, copy)
 JOB_ESTIMATE_S = 1.0  # starting one sandboxed job and staging its inputs
+COMPILE_KEY = "(a job that compiles)"  # stored beside the baselines: its wall seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,10 @@ class Calibration:
     fastest: dict[str, str]  # shape label -> the fastest baseline that may be incumbent
     seconds: dict[str, dict[str, float]]  # shape label -> baseline -> median seconds
     inputs_s: dict[str, float] = field(default_factory=dict)  # drawing a shape's inputs
+    # per shape: a job's seconds before it times anything when an implementation compiles
+    # at its first call (torch.compile): the calibration job's wall time, measured
+    compile_s: dict[str, float] = field(default_factory=dict)
+    compiling: frozenset[str] = frozenset()  # the baselines that compile at first call
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,17 +228,30 @@ class Setup:
             elif self.estimate is not None and set(self.names) <= set(self.estimate.calls[label]):
                 seconds[label], source[label] = self.estimate.calls[label], "estimated"
         missing = [label for label in self.cached if label not in seconds]
+        compiles = any(name in self.evaluator.workload.compiling_baselines
+                       for name in self.names)
+        compile_s = {label: self._stored(label, COMPILE_KEY) for label in self.cached}
+        if compiles:
+            missing += [label for label, known in compile_s.items()
+                        if known is None and label not in missing]
         if missing:
+            started: dict[str, float] = {}
+
             def progress(done: int, total: int, label: str) -> None:
+                started[label] = time.monotonic()
                 self._log(f"timing baselines {done + 1}/{total}: {label}")
 
             tables = self.evaluator.side_by_side(
                 [Implementation(n, baseline=n) for n in self.names], CALIBRATION,
                 shapes=missing, progress=progress)
+            ended = [*(started[t.shape] for t in tables[1:]), time.monotonic()]
             self.remember(tables)
-            for table in tables:
+            for table, end in zip(tables, ended, strict=True):
                 seconds[table.shape] = {n: table.seconds[n].median for n in self.names}
                 source[table.shape] = "timed"
+                if compiles:
+                    compile_s[table.shape] = (end - started[table.shape], "measured")
+                    self._save(table.shape, COMPILE_KEY, end - started[table.shape], "measured")
         compiling = self.evaluator.workload.compiling_baselines
         eligible = [name for name in self.names if name not in compiling]
         fastest = {}
@@ -244,7 +262,10 @@ class Setup:
                               if math.isfinite(seconds[label][n]))
             self._log(f"baselines on {label} ({source[label]}): {times}")
         return Calibration(self.names, fastest, seconds,
-                           self.estimate.inputs_s if self.estimate is not None else {})
+                           self.estimate.inputs_s if self.estimate is not None else {},
+                           {label: known[0] for label, known in compile_s.items()
+                            if compiles and known is not None},
+                           self.evaluator.workload.compiling_baselines)
 
     def remember(self, tables: Sequence[SideBySide]) -> None:
         """Store the medians of baselines measured side by side (calibration or the
