@@ -43,6 +43,9 @@ FailIfNoChampionOption = Annotated[bool, typer.Option(
     help="Exit 1 when no candidate beat the baselines (default: the baselines are the "
          "answer, exit 0).")]
 WorkdirOption = Annotated[Path, typer.Option(help="Build cache and champions.")]
+SizesOption = Annotated[str, typer.Option(
+    help="A problem file's sizes: auto (halved together until the eager Model takes at "
+         "most 0.1 s a call here) or as-is.")]
 
 
 def _executor_factory(executor: str, address: str) -> Any:
@@ -92,18 +95,40 @@ def check_ray_cluster(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) ->
 
 
 def _goal(target: str, budget: str | None, threads: int | None, seed: int | None,
-          max_evaluations: int | None, workers: int | None = None) -> Any:
+          max_evaluations: int | None, workers: int | None = None,
+          sizes: str = "auto") -> Any:
     from swarmfab.goal import default_goal, load_goal
 
     path = Path(target)
     goal = load_goal(path) if path.suffix == ".toml" else default_goal(target)
-    return goal.with_overrides(budget=budget, threads=threads, seed=seed,
+    goal = goal.with_overrides(budget=budget, threads=threads, seed=seed,
                                max_evaluations=max_evaluations, workers=workers)
+    return sized_for_host(goal, sizes)
+
+
+def sized_for_host(goal: Any, sizes: str) -> Any:
+    """A problem file's goal without [[sizes]]: with ``auto``, its sizes halved together
+    until the eager Model takes at most 0.1 s a call here (the sizes are written into
+    the goal, so a resume runs the same); ``as-is`` keeps the file's."""
+    if sizes not in ("auto", "as-is"):
+        raise GoalError(f"--sizes {sizes!r}: choose auto or as-is")
+    from swarmfab.workloads import get_workload
+    from swarmfab.workloads._problem import ProblemWorkload, fit_to_host
+
+    problem = get_workload(goal.workload)
+    if sizes == "as-is" or goal.sizes or goal.shapes or not isinstance(problem,
+                                                                       ProblemWorkload):
+        return goal
+    fitted = fit_to_host(problem, goal.threads)
+    console.print(f"{problem.path.name}: {fitted.describe(problem.sizes)} (--sizes as-is "
+                  "keeps the file's)", highlight=False)
+    return goal.with_overrides(sizes=[dict(fitted.dims.sizes)])
 
 
 @friendly
 def run(
-    target: Annotated[str, typer.Argument(help="A workload name (kda) or a goal TOML file.")],
+    target: Annotated[str, typer.Argument(
+        help="A workload name (kda), a goal TOML file, or a workload or problem .py file.")],
     budget: Annotated[str | None, typer.Option(help="Wall-time budget, e.g. 60s, 10m.")] = None,
     db: DbOption = DEFAULT_DB,
     threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
@@ -129,11 +154,12 @@ def run(
         help="Spend after which the LLM agents stop (the run goes on).")] = None,
     no_lessons: NoLessonsOption = False,
     fail_if_no_champion: FailIfNoChampionOption = False,
+    sizes: SizesOption = "auto",
 ) -> None:
     """Optimise a workload: agents propose, every candidate is verified and benchmarked."""
     from swarmfab.knowledge import Store
 
-    goal = _goal(target, budget, threads, seed, max_evaluations, workers)
+    goal = _goal(target, budget, threads, seed, max_evaluations, workers, sizes)
     llm = {"provider": llm_provider, "base_url": llm_base_url, "model": llm_model,
            "api_key_env": llm_api_key_env, "budget_usd": llm_budget_usd}
     kinds = [kind.strip() for kind in agents.split(",") if kind.strip()] if agents else None

@@ -142,6 +142,10 @@ class Goal(_Strict):
     workload: str
     # None: the workload's own default shapes; an explicit list must not be empty
     shapes: Annotated[list[ShapeSpec] | None, Field(min_length=1, max_length=32)] = None
+    # a problem file's target sizes by name ([[sizes]] batch_size = 64 ...); names left
+    # out keep the file's value
+    sizes: Annotated[list[dict[str, Annotated[int, Field(ge=1)]]] | None,
+                     Field(min_length=1, max_length=32)] = None
     device: Literal["cpu", "cuda"] = "cpu"  # cuda: the GPU design space and baselines
     dtype: Literal["float32"] = "float32"
     metric: Literal["latency"] = "latency"
@@ -188,6 +192,20 @@ class Goal(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _sizes_are_the_workloads(self) -> Goal:
+        if self.sizes is None:
+            return self
+        if self.shapes is not None:
+            raise ValueError("give [[shapes]] or [[sizes]], not both")
+        workload = get_workload(self.workload)
+        for sizes in self.sizes:
+            try:
+                workload.dims_of(sizes)
+            except (ValueError, WorkloadError) as exc:
+                raise ValueError(str(exc)) from exc
+        return self
+
+    @model_validator(mode="after")
     def _has_shapes(self) -> Goal:
         if self.shapes is None and not get_workload(self.workload).default_shapes:
             raise ValueError(f"no target shapes: {self.workload} has no default shapes, "
@@ -203,6 +221,9 @@ class Goal(_Strict):
         """The goal's shapes, or the workload's own default shapes when it names none."""
         if self.shapes:
             return [spec.to_shape() for spec in self.shapes]
+        if self.sizes:
+            workload = get_workload(self.workload)
+            return [workload.dims_of(sizes) for sizes in self.sizes]
         return list(get_workload(self.workload).default_shapes)
 
     def with_overrides(self, **changes: Any) -> Goal:

@@ -190,6 +190,9 @@ class ProblemWorkload(Workload):
         doc = (namespace.get("__doc__") or "").strip().splitlines()
         self.description = doc[0] if doc else f"the Model of {path.name}"
         self.sizes = problem_sizes(source)
+        if not self.sizes:
+            raise WorkloadError(f"{path}: no module-level size (an integer literal of at "
+                                f"least {MIN_SIZE}, e.g. `batch_size = 64`) to vary")
         self.default_shapes = (Dims.of(**self.sizes),)
         self._namespaces: dict[tuple[tuple[str, int], ...], dict[str, Any]] = {
             tuple(self.sizes.items()): namespace}
@@ -306,7 +309,10 @@ class ProblemWorkload(Workload):
                  device: torch.device | None = None) -> torch.nn.Module:
         """The module of ``forward`` (a class, or a baseline) with the case's weights."""
         cls = forward.resolve(state) if isinstance(forward, _Baseline) else forward
-        cache = _instances.setdefault(state.key, {})
+        cache = _instances.pop(state.key, {})
+        _instances[state.key] = cache  # most recently used last
+        while len(_instances) > MAX_STATES:
+            del _instances[next(iter(_instances))]
         module = cache.get(id(cls))
         if module is None:
             module = cache[id(cls)] = build_module(cls, state, device)
@@ -326,7 +332,8 @@ class ProblemWorkload(Workload):
 
 
 # per process: the module each (case state, class) was built as, so a job's calls share
-# one instance (and one compilation)
+# one instance (and one compilation); the states used last are kept
+MAX_STATES = 16
 _instances: dict[tuple[str, int], dict[int, torch.nn.Module]] = {}
 
 
@@ -391,21 +398,26 @@ SMALL_BYTES = 2 * 2**20  # validation cases shrink until inputs and weights fit 
 
 def validation_cases(problem: ProblemWorkload) -> list[Case]:
     """Seeds and sizes that catch a candidate tuned to one shape: the problem halved
-    until small, with two seeds; the same with each size alone changed (where the file
-    allows it); and smaller still."""
+    until small, with two seeds; the same with every size changed at once (else each
+    size alone, where the file allows it); and smaller still. Few distinct shapes: a
+    compiled candidate compiles again for each."""
     base = _small(problem)
     cases = [Case("small", base, seed=1), Case("small, other seed", base, seed=2)]
-    seed = 3
-    for name, size in base.sizes:
-        for changed in (size + size // 2, size + MIN_SIZE, size - MIN_SIZE // 2):
-            dims = problem.dims_of({**dict(base.sizes), name: changed})
-            if changed >= 1 and problem.runs_at(dims):
-                cases.append(Case(f"small, {name}={changed}", dims, seed=seed))
-                seed += 1
-                break
-    smaller = halved(dict(base.sizes))
+    sizes = dict(base.sizes)
+    changed = {name: size + size // 2 for name, size in sizes.items()}
+    if problem.runs_at(Dims.of(**changed)):
+        label = ", ".join(f"{name}={size}" for name, size in changed.items())
+        cases.append(Case(f"small, every size changed ({label})", Dims.of(**changed), seed=3))
+    else:
+        for name, size in sizes.items():
+            for other in (size + size // 2, size + MIN_SIZE, size - MIN_SIZE // 2):
+                dims = problem.dims_of({**sizes, name: other})
+                if other >= 1 and problem.runs_at(dims):
+                    cases.append(Case(f"small, {name}={other}", dims, seed=len(cases) + 1))
+                    break
+    smaller = halved(sizes)
     if smaller is not None and problem.runs_at(Dims.of(**smaller)):
-        cases.append(Case("smaller", Dims.of(**smaller), seed=seed))
+        cases.append(Case("smaller", Dims.of(**smaller), seed=len(cases) + 1))
     return cases
 
 
@@ -422,3 +434,70 @@ def _small(problem: ProblemWorkload) -> Dims:
         dims = Dims.of(**smaller)
     return dims
 
+
+
+# -- sizes for this host ---------------------------------------------------------------
+MAX_EAGER_S = 0.1  # the eager Model's time per call a problem is shrunk to (auto sizes)
+MAX_BYTES = 256 * 2**20  # inputs and weights, before anything is allocated
+
+
+@dataclass(frozen=True, slots=True)
+class Fitted:
+    """The sizes a problem runs at on this host, and why."""
+
+    dims: Dims
+    eager_s: float | None  # the eager Model's median time per call at ``dims``
+    halvings: int  # how many times every size was halved
+
+    def describe(self, original: Mapping[str, int]) -> str:
+        if not self.halvings:
+            return f"sizes as in the file ({self.dims.label})"
+        changed = ", ".join(f"{name} {original[name]}->{size}"
+                            for name, size in self.dims.sizes if original[name] != size)
+        timed = "" if self.eager_s is None else f", eager {self.eager_s * 1e3:.1f} ms"
+        return f"sizes halved {self.halvings}x for this host: {changed}{timed}"
+
+
+def fit_to_host(problem: ProblemWorkload, threads: int, max_eager_s: float = MAX_EAGER_S,
+                max_bytes: int = MAX_BYTES) -> Fitted:
+    """Halve every size together until the inputs and weights fit in ``max_bytes``
+    (judged on the meta device, before any allocation) and the eager float32 Model takes
+    at most ``max_eager_s`` per call here (median of three after one warm-up)."""
+    eager_s = None
+    for halvings in range(0, 16):
+        sizes = halved(problem.sizes, halvings) if halvings else dict(problem.sizes)
+        if sizes is None:
+            break
+        dims = Dims.of(**sizes)
+        if halvings and not problem.runs_at(dims):
+            break
+        fitted = Fitted(dims, eager_s, halvings)
+        size = problem.meta_bytes(dims)
+        if size is not None and size > max_bytes:
+            continue
+        eager_s = _eager_seconds(problem, dims, threads)
+        fitted = Fitted(dims, eager_s, halvings)
+        if eager_s <= max_eager_s:
+            return fitted
+    return fitted
+
+
+def _eager_seconds(problem: ProblemWorkload, dims: Dims, threads: int) -> float:
+    import statistics
+    import time
+
+    inputs = problem.make_inputs(Case("sizing", dims, seed=1))
+    forward = problem.baselines()["torch-eager"]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            problem.call(forward, inputs)
+            times = []
+            for _ in range(3):
+                begin = time.perf_counter()
+                problem.call(forward, inputs)
+                times.append(time.perf_counter() - begin)
+    finally:
+        torch.set_num_threads(previous)
+    return statistics.median(times)

@@ -91,9 +91,7 @@ def _validated(workload: Workload, path: Path) -> Workload:
     if not getattr(workload, "name", ""):
         problems.append("`name` is empty")
     if not workload.default_shapes:
-        problems.append("`default_shapes` is empty (the target shapes to benchmark)"
-                        if not isinstance(workload, ProblemWorkload) else
-                        "no module-level size (an integer literal of at least 8)")
+        problems.append("`default_shapes` is empty (the target shapes to benchmark)")
     if not workload.output_names:
         problems.append("`output_names` is empty")
     try:
