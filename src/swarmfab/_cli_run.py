@@ -215,9 +215,32 @@ def _lesson_context(goal: Any, space: Any) -> Any:
 def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
             executor: Any = None, use_lessons: bool = True,
             fail_if_no_champion: bool = False) -> None:
+    from swarmfab.report import run_table
+
+    result, swarm = execute_goal(goal, store, workdir, resume, executor, use_lessons)
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts.items()))
+    console.print(
+        f"run {result.run_id} {result.status}: {result.evaluations} evaluations ({counts})"
+    )
+    if result.status == "interrupted":
+        raise typer.Exit(130)
+    if result.champion is None:
+        _no_champion(result, swarm)
+        raise typer.Exit(1 if fail_if_no_champion else 0)
+    run_record = store.run(result.run_id)
+    if run_record.summary and run_record.summary["shapes"]:
+        console.print(run_table(run_record.summary))
+    console.print(f"champion {result.champion.id}: {result.champion.knobs}")
+    console.print(f"champion source: {result.champion_dir}")
+
+
+def execute_goal(goal: Any, store: Store, workdir: Path, resume: str | None,
+                 executor: Any = None, use_lessons: bool = True,
+                 started: float | None = None) -> tuple[Any, Any]:
+    """Run the swarm on ``goal`` (its budget counts from ``started``, by default the
+    command's first instant); returns the RunResult and the Run."""
     from swarmfab.agents.builtin import RecallAgent, RestartAgent, bandit_agents
     from swarmfab.kernels import design_space
-    from swarmfab.report import run_table
     from swarmfab.report.progress import LiveProgress
     from swarmfab.swarm import Run
 
@@ -248,7 +271,7 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
         made.append(Run(goal, store, evaluator, space, agents, workdir, log=log,
                         fallback=RestartAgent() if builtin else None, observer=observer,
                         reviewer=reviewer, executor=executor, lessons=lessons,
-                        started=command_started()))
+                        started=command_started() if started is None else started))
         return made[-1].execute(resume)
 
     if console.is_terminal:  # a live panel; pipes and CI get plain lines
@@ -256,20 +279,7 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
             result = execute(live.log, live.update)
     else:
         result = execute(lambda line: console.print(line, highlight=False), None)
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts.items()))
-    console.print(
-        f"run {result.run_id} {result.status}: {result.evaluations} evaluations ({counts})"
-    )
-    if result.status == "interrupted":
-        raise typer.Exit(130)
-    if result.champion is None:
-        _no_champion(result, made[-1])
-        raise typer.Exit(1 if fail_if_no_champion else 0)
-    run_record = store.run(result.run_id)
-    if run_record.summary and run_record.summary["shapes"]:
-        console.print(run_table(run_record.summary))
-    console.print(f"champion {result.champion.id}: {result.champion.knobs}")
-    console.print(f"champion source: {result.champion_dir}")
+    return result, made[-1]
 
 
 def _no_champion(result: Any, swarm: Any) -> None:

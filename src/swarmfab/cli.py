@@ -20,6 +20,7 @@ from swarmfab._cli_common import DEFAULT_DB, STARTED, DbOption, console, friendl
 from swarmfab._cli_run import resume, run
 from swarmfab._cli_serve import _kda_slots, dashboard, loadgen, serve
 from swarmfab._cli_show import report, show
+from swarmfab._cli_suite import suite
 from swarmfab.corpus_cli import corpus_app
 
 __all__ = [  # the app, and what tests and scripts import from here
@@ -74,5 +75,6 @@ app.command()(dashboard)
 app.command()(serve)
 app.command()(loadgen)
 app.command("bench-policy")(bench_policy)
+app.command()(suite)
 app.add_typer(corpus_app, name="corpus")
 

@@ -109,6 +109,8 @@ def summarise(champion: Candidate | None, final: list[SideBySide], where: Path |
             "seconds": {n: [e.median, e.low, e.high] for n, e in table.seconds.items()},
             "fastest_baseline": fastest,
             "speedup": list(_as_tuple(table.ratio_to_reference[fastest])),
+            # each baseline's time over the champion's, paired per round
+            "speedups": {n: list(_as_tuple(table.ratio_to_reference[n])) for n in baselines},
             "samples": table.samples,
             "roofline_fraction": table.roofline_fraction("champion"),
         })

@@ -1,0 +1,109 @@
+"""``swarmfab suite DIR``: every problem file of a directory, one run each, one scorecard.
+
+Each problem gets its own budget, counted from the moment its turn starts (loading and
+sizing included), and its own run in the store. A problem that fails to load or whose
+run fails is reported as such and the suite goes on; Ctrl-C ends the suite with the
+scorecard of the problems already done.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from swarmfab._cli_common import DEFAULT_DB, DbOption, JsonOption, console, errors, friendly
+from swarmfab._cli_run import SizesOption, WorkdirOption, execute_goal, sized_for_host
+from swarmfab.errors import GoalError, SwarmfabError
+
+__all__ = ["suite"]
+
+
+@friendly
+def suite(
+    directory: Annotated[Path, typer.Argument(help="A directory of problem .py files.")],
+    budget_per_problem: Annotated[str, typer.Option(
+        help="Wall-time budget of each problem's run, e.g. 1m, 2m.")] = "2m",
+    db: DbOption = DEFAULT_DB,
+    workdir: WorkdirOption = Path(".swarmfab"),
+    threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
+    max_evaluations: Annotated[int | None, typer.Option(
+        help="Stop each run after N evaluations.")] = None,
+    agents: Annotated[str | None, typer.Option(
+        help="Comma-separated agent kinds: builtin, llm (default builtin).")] = None,
+    llm_provider: Annotated[str | None, typer.Option(help="openai or anthropic.")] = None,
+    llm_base_url: Annotated[str | None, typer.Option(help="The LLM endpoint.")] = None,
+    llm_model: Annotated[str | None, typer.Option(help="Model name the endpoint serves.")] = None,
+    llm_api_key_env: Annotated[str | None, typer.Option(
+        help="Environment variable holding the API key.")] = None,
+    sizes: SizesOption = "auto",
+    only: Annotated[str | None, typer.Option(
+        help="Only problems whose file name contains this text.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run every problem file in DIR and print the scorecard: correctness, speedup over
+    eager and over torch.compile, fast_p."""
+    from swarmfab.goal import default_goal
+    from swarmfab.knowledge import Store
+    from swarmfab.report.scorecard import Scorecard, scorecard_table, summary_line
+
+    if not directory.is_dir():
+        raise GoalError(f"{directory} is not a directory of problem files")
+    files = sorted(p for p in directory.glob("*.py") if not p.name.startswith("_")
+                   and (only is None or only in p.name))
+    if not files:
+        raise GoalError(f"no problem .py files in {directory}")
+    store = Store(db)
+    kinds = [kind.strip() for kind in agents.split(",") if kind.strip()] if agents else None
+    llm = {"provider": llm_provider, "base_url": llm_base_url, "model": llm_model,
+           "api_key_env": llm_api_key_env}
+    scores = []
+    try:
+        for number, path in enumerate(files, 1):
+            console.rule(f"problem {number}/{len(files)}: {path.name}")
+            started = time.monotonic()
+            try:
+                goal = default_goal(str(path)).with_overrides(
+                    budget=budget_per_problem, threads=threads, agents=kinds, llm=llm,
+                    max_evaluations=max_evaluations)
+                scores.append(_score(goal, path, store, workdir, sizes, started))
+            except (SwarmfabError, GoalError) as exc:
+                from swarmfab.report.scorecard import ProblemScore
+
+                errors.print(f"{path.name}: {exc}", highlight=False)
+                scores.append(ProblemScore(path.stem, detail=str(exc)))
+    except KeyboardInterrupt:
+        errors.print(f"interrupted: the scorecard of the {len(scores)} problem(s) done")
+    card = Scorecard(scores)
+    if as_json:
+        typer.echo(json.dumps(_finite(card.to_dict()), indent=2))
+        return
+    console.print(scorecard_table(card))
+    console.print(summary_line(card), highlight=False)
+
+
+def _score(goal: Any, path: Path, store: Any, workdir: Path, sizes: str,
+           started: float) -> Any:
+    from swarmfab.report.scorecard import score_run
+
+    goal = sized_for_host(goal, sizes)
+    result, swarm = execute_goal(goal, store, workdir, None, started=started)
+    summary = store.run(result.run_id).summary
+    calibration = swarm.calibration.seconds if swarm.calibration is not None else None
+    label = " ".join(f"{k}={v}" for k, v in goal.target_shapes()[0].sizes)
+    return score_run(path.stem, label, result, summary, calibration)
+
+
+def _finite(value: Any) -> Any:
+    """NaN (a CI that was not measured) as null: JSON has no NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
