@@ -22,6 +22,7 @@ import torch
 from swarmfab.backends import Artifact, get_backend
 from swarmfab.errors import BuildError, MeasurementError, SandboxError
 from swarmfab.evaluation._cores import CoreBroker, pinned_thread
+from swarmfab.evaluation._inductor_base import base_cache, staged_base
 from swarmfab.evaluation._outcomes import (
     accepted_summary,
     build_failed,
@@ -223,6 +224,8 @@ class Evaluator:
                 return self._job(job, *args, limits=limits, stage=stage, cores=leased)
         if self._cancel.is_set():
             raise Cancelled("the run is stopping")
+        if limits.allow_processes and self.device == "cpu":  # it may compile: start warm
+            stage = {**staged_base(base_cache(self.cache_dir, cores)), **stage}
         outcome = run_job(job, *args, limits=dataclasses.replace(limits, cores=cores),
                           stage=stage, cancel=self._cancel)
         if outcome.status is JobStatus.CANCELLED:
