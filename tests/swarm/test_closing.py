@@ -59,3 +59,21 @@ def test_the_search_ends_early_enough_for_the_closing_table() -> None:
     roomy, tight = Budget(0.0, 600.0, reserve), Budget(0.0, 20.0, reserve)
     assert roomy.search_end == 0.8 * 600 and roomy.hard_end == 0.9 * 600
     assert tight.search_end < 0.8 * 20 and tight.hard_end <= 20 - reserve
+
+
+COMPILED = Calibration(
+    ("torch-eager", "torch-compile"), {"p": "torch-eager"},
+    {"p": {"torch-eager": 0.010, "torch-compile": 0.002}}, {"p": 0.0},
+    compile_s={"p": 20.0}, compiling=frozenset({"torch-compile"}))
+
+
+def test_where_implementations_compile_the_reserve_pays_for_compiling_them() -> None:
+    # the champion and torch.compile each compile once: twice the measured job's time
+    assert 40.0 < closing_reserve(COMPILED, {}) < 42.0
+    without = Calibration(COMPILED.names, COMPILED.fastest, COMPILED.seconds, {})
+    assert closing_reserve(without, {}) < 2.0
+
+
+def test_short_of_time_the_fastest_of_all_baselines_stays_beside_the_incumbent() -> None:
+    plan = plan_closing(COMPILED, {"p": 0.001}, ["torch-eager", "torch-compile"], left_s=30.0)
+    assert plan.trimmed and plan.only == {"p": ["torch-compile", "torch-eager"]}

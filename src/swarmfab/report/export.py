@@ -39,6 +39,8 @@ def export_champion(store: Store, run_id: str | None, out: Path, name: str | Non
     if run.champion_id is None:
         raise StoreError(f"run {run.id} has no champion to export (status: {run.status})")
     champion = store.candidate(run.champion_id)
+    if champion.backend == "torch-module":
+        return _export_module(store, run, champion, out)
     if champion.backend != "c":
         raise SwarmfabError(f"exporting a {champion.backend} champion is not supported yet; "
                             "its source is under .swarmfab/runs/")
@@ -76,6 +78,31 @@ def export_champion(store: Store, run_id: str | None, out: Path, name: str | Non
         f"`pip install .` then `import {package}; {package}.forward(...)`. "
         "Evidence: VERIFICATION.md, provenance.json.\n"
     )
+    return out
+
+
+def _export_module(store: Store, run: Any, champion: Candidate, out: Path) -> Path:
+    """A problem's champion: its ModelNew file as it was verified, with the evidence."""
+    verdict = next(v for row, v in store.verdicts(run.id) if row.candidate_id == champion.id)
+    view = load_run_view(store, run.id)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / champion.entry).write_text(champion.sources[champion.entry])
+    provenance = {
+        "run": run.id, "workload": run.workload, "goal": run.goal, "host": run.host,
+        "candidate": champion.id, "backend": champion.backend, "entry": champion.entry,
+        "knobs": champion.knobs, "verdict": verdict.to_dict(),
+        "final_measurement": run.summary,
+        "lineage": [step.to_dict() for step in reversed(view.lineage)],
+    }
+    (out / "provenance.json").write_text(json.dumps(provenance, indent=2, default=str))
+    (out / "VERIFICATION.md").write_text(_verification_markdown(
+        run.id, run.workload, champion, verdict, run.summary, view.lineage))
+    module = Path(champion.entry).stem
+    (out / "README.md").write_text(
+        f"# ModelNew for {run.workload}\n\nVerified and timed by swarmfab (run {run.id}). "
+        f"`from {module} import ModelNew`, then build it with the same arguments as `Model` "
+        "and load `Model`'s weights into it by name (`load_state_dict`): the first call "
+        "prepares the fast path. Evidence: VERIFICATION.md, provenance.json.\n")
     return out
 
 

@@ -6,7 +6,8 @@ shared by the shapes in proportion to the cost of one round there (each implemen
 after an untimed call, but for long calls: see ``TimingPolicy.long_call_s``), from the
 calibration's times per call and the champion's verdict; each shape gets as many rounds as
 fit, at least :data:`FINAL_MIN_ROUNDS`. Where even that would not fit with every baseline,
-each shape times only its fastest baseline: the speedup is quoted against it anyway.
+each shape times only its fastest baselines (the fastest that may be incumbent, and the
+fastest of all where that is a compiling one): the speedup is quoted against them anyway.
 
 :func:`closing_reserve` is what the fewest rounds against the fastest baselines cost: the
 run keeps that much of its budget free of evaluations, so the table fits.
@@ -33,18 +34,36 @@ class ClosingPlan:
     baselines: list[str]  # timed on some shape
     only: dict[str, list[str]]  # per shape label: the baselines timed there
     policies: dict[str, TimingPolicy]  # per shape label
-    trimmed: bool  # short of time: each shape times its fastest baseline only
+    trimmed: bool  # short of time: each shape times its fastest baselines only
 
 
 def closing_reserve(calibration: Calibration, inputs_s: Mapping[str, float]) -> float:
     """Seconds the fewest rounds of the closing table take against each shape's fastest
-    baseline (the champion, faster still, not counted), with starting the job, drawing
+    baselines (the champion, faster still, not counted), with starting the job, drawing
     the inputs (``inputs_s`` per shape, where known) and, where implementations compile
-    at their first call, compiling the champion (``Calibration.compile_s``)."""
-    return sum(JOB_ESTIMATE_S + inputs_s.get(label, 0.0) + calibration.compile_s.get(label, 0.0)
-               + _warm_up_s([times[fastest]]) + FINAL_MIN_ROUNDS * _round_s([times[fastest]])
-               for label, times in calibration.seconds.items()
-               for fastest in [calibration.fastest[label]])
+    at their first call, compiling them (``Calibration.compile_s``)."""
+    total = 0.0
+    for label in calibration.seconds:
+        names = _fastest(calibration, label)
+        calls = [calibration.seconds[label][name] for name in names]
+        total += (JOB_ESTIMATE_S + inputs_s.get(label, 0.0) + _compiling(calibration, label,
+                                                                         names)
+                  + _warm_up_s(calls) + FINAL_MIN_ROUNDS * _round_s(calls))
+    return total
+
+
+def _fastest(calibration: Calibration, label: str) -> list[str]:
+    """The baselines a short closing table keeps on a shape: the fastest that may be
+    incumbent, and the fastest of all where that is another (a compiling one)."""
+    seconds = calibration.seconds[label]
+    overall = min(seconds, key=lambda name: seconds[name])
+    return sorted({calibration.fastest[label], overall})
+
+
+def _compiling(calibration: Calibration, label: str, names: list[str]) -> float:
+    """Compiling the champion, then the compiling baselines among ``names`` (one job)."""
+    fixed = calibration.compile_s.get(label, 0.0)
+    return fixed * (1 + any(name in calibration.compiling for name in names))
 
 
 def plan_closing(calibration: Calibration, champion_s: dict[str, float],
@@ -53,13 +72,10 @@ def plan_closing(calibration: Calibration, champion_s: dict[str, float],
     seconds = calibration.seconds
     only = {label: list(baselines) for label in seconds}
 
-    def compiling(label: str) -> float:  # the champion, then any compiling baseline
-        fixed = calibration.compile_s.get(label, 0.0)
-        return fixed * (1 + any(name in calibration.compiling for name in only[label]))
-
     def costs() -> dict[str, tuple[float, float]]:  # per shape: fixed costs, one round
         return {label: (JOB_ESTIMATE_S + calibration.inputs_s.get(label, 0.0)
-                        + compiling(label) + _warm_up_s(calls), _round_s(calls))
+                        + _compiling(calibration, label, only[label]) + _warm_up_s(calls),
+                        _round_s(calls))
                 for label in seconds
                 for calls in [[seconds[label][n] for n in only[label]]
                               + [champion_s.get(label, 0.0)]]}
@@ -67,7 +83,7 @@ def plan_closing(calibration: Calibration, champion_s: dict[str, float],
     planned = costs()
     trimmed = sum(w + FINAL_MIN_ROUNDS * r for w, r in planned.values()) > left_s
     if trimmed:
-        only = {label: [calibration.fastest[label]] for label in seconds}
+        only = {label: _fastest(calibration, label) for label in seconds}
         planned = costs()
     spare = max(0.0, left_s - sum(w for w, _ in planned.values()))
     total = sum(r for _, r in planned.values()) or 1.0

@@ -479,7 +479,7 @@ class Run:
         plan = plan_closing(self.calibration, champion, baselines, 0.8 * self.budget.left())
         if plan.trimmed:
             self.log(f"{max(0.0, self.budget.left()):.0f} s of the budget remain: each shape "
-                     "times the champion beside its fastest baseline only")
+                     "times the champion beside its fastest baselines only")
         self.log(f"search over: timing the champion and {', '.join(plan.baselines)} "
                  "side by side")
         return self.evaluator.side_by_side(
