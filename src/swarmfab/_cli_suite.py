@@ -41,13 +41,16 @@ def suite(
     llm_api_key_env: Annotated[str | None, typer.Option(
         help="Environment variable holding the API key.")] = None,
     sizes: SizesOption = "auto",
+    goal_file: Annotated[Path | None, typer.Option(
+        "--goal", help="A goal TOML whose settings (agents, [llm], tolerance, threads...) "
+                       "every problem's run takes; its workload key may be left out.")] = None,
     only: Annotated[str | None, typer.Option(
         help="Only problems whose file name contains this text.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run every problem file in DIR and print the scorecard: correctness, speedup over
     eager and over torch.compile, fast_p."""
-    from swarmfab.goal import default_goal
+    from swarmfab.goal import default_goal, load_goal
     from swarmfab.knowledge import Store
     from swarmfab.report.scorecard import Scorecard, scorecard_table, summary_line
 
@@ -67,7 +70,8 @@ def suite(
             console.rule(f"problem {number}/{len(files)}: {path.name}")
             started = time.monotonic()
             try:
-                goal = default_goal(str(path)).with_overrides(
+                goal = (default_goal(str(path)) if goal_file is None
+                        else load_goal(goal_file, workload=str(path))).with_overrides(
                     budget=budget_per_problem, threads=threads, agents=kinds, llm=llm,
                     max_evaluations=max_evaluations)
                 scores.append(_score(goal, path, store, workdir, sizes, started))

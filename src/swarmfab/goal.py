@@ -285,8 +285,9 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return next((m for m in map(_model_in, get_args(annotation)) if m is not None), None)
 
 
-def load_goal(path: Path) -> Goal:
-    """Read and validate a TOML goal file."""
+def load_goal(path: Path, workload: str | None = None) -> Goal:
+    """Read and validate a TOML goal file; ``workload`` (a suite's problem) replaces the
+    file's own, which it may then leave out."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -295,6 +296,8 @@ def load_goal(path: Path) -> Goal:
         raise GoalError(f"goal file {path} is not valid TOML: {exc}") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise GoalError(f"goal file {path} cannot be read: {exc}") from exc
+    if workload is not None:
+        data["workload"] = workload
     return _validate(data, source=str(path))
 
 

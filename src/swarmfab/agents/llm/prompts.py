@@ -80,11 +80,21 @@ Answer with a first line `VERDICT: SUSPICIOUS` or `VERDICT: CLEAN`, then at most
 short lines of reasons."""
 
 
+_LANGUAGES = {
+    "c": "C kernel (compiled with gcc, OpenMP available)",
+    "torch-module": ("PyTorch module (`class ModelNew`, built with Model's constructor "
+                     "arguments and given Model's weights by name (keep every parameter and "
+                     "buffer name); it may compile C++/OpenMP with "
+                     "torch.utils.cpp_extension.load_inline, and its first call may prepare "
+                     "a fast path)"),
+}
+
+
 def system_prompt(role: str, backend: str) -> str:
     """The standing instructions of one role."""
     focus = ROLE_FOCUS.get(role, role)
-    language = "C (compiled with gcc, OpenMP available)" if backend == "c" else backend
-    return (f"You are a performance engineer who optimises one {language} kernel. Your "
+    language = _LANGUAGES.get(backend, f"{backend} kernel")
+    return (f"You are a performance engineer who optimises one {language}. Your "
             f"domain is {focus}. Propose one focused change per reply that makes the "
             f"kernel faster on the target shapes while keeping it exactly correct.\n\n"
             f"{RULES}\n\n{EDIT_FORMAT}")
