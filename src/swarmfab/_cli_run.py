@@ -106,7 +106,7 @@ def _goal(target: str, budget: str | None, threads: int | None, seed: int | None
     return sized_for_host(goal, sizes)
 
 
-def sized_for_host(goal: Any, sizes: str) -> Any:
+def sized_for_host(goal: Any, sizes: str, out: Any = console) -> Any:
     """A problem file's goal without [[sizes]]: with ``auto``, its sizes halved together
     until the eager Model takes at most 0.1 s a call here (the sizes are written into
     the goal, so a resume runs the same); ``as-is`` keeps the file's."""
@@ -120,8 +120,8 @@ def sized_for_host(goal: Any, sizes: str) -> Any:
                                                                        ProblemWorkload):
         return goal
     fitted = fit_to_host(problem, goal.threads)
-    console.print(f"{problem.path.name}: {fitted.describe(problem.sizes)} (--sizes as-is "
-                  "keeps the file's)", highlight=False)
+    out.print(f"{problem.path.name}: {fitted.describe(problem.sizes)} (--sizes as-is "
+              "keeps the file's)", highlight=False)
     return goal.with_overrides(sizes=[dict(fitted.dims.sizes)])
 
 
@@ -236,9 +236,10 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
 
 def execute_goal(goal: Any, store: Store, workdir: Path, resume: str | None,
                  executor: Any = None, use_lessons: bool = True,
-                 started: float | None = None) -> tuple[Any, Any]:
+                 started: float | None = None, out: Any = console) -> tuple[Any, Any]:
     """Run the swarm on ``goal`` (its budget counts from ``started``, by default the
-    command's first instant); returns the RunResult and the Run."""
+    command's first instant; its progress goes to ``out``); returns the RunResult and
+    the Run."""
     from swarmfab.agents.builtin import RecallAgent, RestartAgent, bandit_agents
     from swarmfab.kernels import design_space
     from swarmfab.report.progress import LiveProgress
@@ -258,9 +259,9 @@ def execute_goal(goal: Any, store: Store, workdir: Path, resume: str | None,
     recalled = store.recall(context) if use_lessons and builtin else []
     if lessons or recalled:
         helpful = sum(lesson.outcome == "helps" for lesson in lessons)
-        console.print(f"{len(lessons)} lesson(s) from earlier runs ({helpful} helpful moves), "
-                      f"{len(recalled)} champion setting(s) recalled; --no-lessons to ignore "
-                      "them", highlight=False)
+        out.print(f"{len(lessons)} lesson(s) from earlier runs ({helpful} helpful moves), "
+                  f"{len(recalled)} champion setting(s) recalled; --no-lessons to ignore "
+                  "them", highlight=False)
     if builtin:
         agents += [RecallAgent(recalled)] if recalled else []  # first: start where others ended
         agents += bandit_agents(space.knobs)  # they read the lessons in their context
@@ -274,11 +275,11 @@ def execute_goal(goal: Any, store: Store, workdir: Path, resume: str | None,
                         started=command_started() if started is None else started))
         return made[-1].execute(resume)
 
-    if console.is_terminal:  # a live panel; pipes and CI get plain lines
-        with LiveProgress(console) as live:
+    if out.is_terminal:  # a live panel; pipes and CI get plain lines
+        with LiveProgress(out) as live:
             result = execute(live.log, live.update)
     else:
-        result = execute(lambda line: console.print(line, highlight=False), None)
+        result = execute(lambda line: out.print(line, highlight=False), None)
     return result, made[-1]
 
 

@@ -22,12 +22,15 @@ from swarmfab.errors import GoalError, SwarmfabError
 
 __all__ = ["suite"]
 
+DEFAULT_BUDGET = "2m"
+
 
 @friendly
 def suite(
     directory: Annotated[Path, typer.Argument(help="A directory of problem .py files.")],
-    budget_per_problem: Annotated[str, typer.Option(
-        help="Wall-time budget of each problem's run, e.g. 1m, 2m.")] = "2m",
+    budget_per_problem: Annotated[str | None, typer.Option(
+        help="Wall-time budget of each problem's run, e.g. 1m (default: the --goal "
+             "file's budget, else 2m).")] = None,
     db: DbOption = DEFAULT_DB,
     workdir: WorkdirOption = Path(".swarmfab"),
     threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
@@ -64,17 +67,19 @@ def suite(
     kinds = [kind.strip() for kind in agents.split(",") if kind.strip()] if agents else None
     llm = {"provider": llm_provider, "base_url": llm_base_url, "model": llm_model,
            "api_key_env": llm_api_key_env}
+    out = errors if as_json else console  # with --json, stdout carries the JSON alone
     scores = []
     try:
         for number, path in enumerate(files, 1):
-            console.rule(f"problem {number}/{len(files)}: {path.name}")
+            out.rule(f"problem {number}/{len(files)}: {path.name}")
             started = time.monotonic()
             try:
-                goal = (default_goal(str(path)) if goal_file is None
-                        else load_goal(goal_file, workload=str(path))).with_overrides(
-                    budget=budget_per_problem, threads=threads, agents=kinds, llm=llm,
-                    max_evaluations=max_evaluations)
-                scores.append(_score(goal, path, store, workdir, sizes, started))
+                budget = budget_per_problem or (None if goal_file else DEFAULT_BUDGET)
+                changes = {"budget": budget, "threads": threads,
+                           "agents": kinds, "llm": llm, "max_evaluations": max_evaluations}
+                goal = (default_goal(str(path)).with_overrides(**changes) if goal_file is None
+                        else load_goal(goal_file, workload=str(path), **changes))
+                scores.append(_score(goal, path, store, workdir, sizes, started, out))
             except (SwarmfabError, GoalError) as exc:
                 from swarmfab.report.scorecard import ProblemScore
 
@@ -91,11 +96,11 @@ def suite(
 
 
 def _score(goal: Any, path: Path, store: Any, workdir: Path, sizes: str,
-           started: float) -> Any:
+           started: float, out: Any) -> Any:
     from swarmfab.report.scorecard import score_run
 
-    goal = sized_for_host(goal, sizes)
-    result, swarm = execute_goal(goal, store, workdir, None, started=started)
+    goal = sized_for_host(goal, sizes, out)
+    result, swarm = execute_goal(goal, store, workdir, None, started=started, out=out)
     summary = store.run(result.run_id).summary
     calibration = swarm.calibration.seconds if swarm.calibration is not None else None
     label = " ".join(f"{k}={v}" for k, v in goal.target_shapes()[0].sizes)

@@ -228,13 +228,21 @@ class Goal(_Strict):
 
     def with_overrides(self, **changes: Any) -> Goal:
         """A copy with some fields replaced, validated like a file would be."""
-        data = self.model_dump(by_alias=True)
-        for key, value in changes.items():
-            if isinstance(value, dict) and isinstance(data.get(key), dict):  # a sub-table
-                data[key] = {**data[key], **{k: v for k, v in value.items() if v is not None}}
-            elif value is not None:
-                data[key] = value
-        return _validate(data, source="command line")
+        return _validate(_merged(self.model_dump(by_alias=True), changes),
+                         source="command line")
+
+
+def _merged(data: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the given (not None) values; a sub-table is merged key by key."""
+    data = dict(data)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):  # a sub-table
+            data[key] = {**data[key], **{k: v for k, v in value.items() if v is not None}}
+        elif isinstance(value, dict):
+            data[key] = {k: v for k, v in value.items() if v is not None}
+        elif value is not None:
+            data[key] = value
+    return data
 
 
 def _validate(data: dict[str, Any], source: str) -> Goal:
@@ -285,9 +293,10 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return next((m for m in map(_model_in, get_args(annotation)) if m is not None), None)
 
 
-def load_goal(path: Path, workload: str | None = None) -> Goal:
+def load_goal(path: Path, workload: str | None = None, **changes: Any) -> Goal:
     """Read and validate a TOML goal file; ``workload`` (a suite's problem) replaces the
-    file's own, which it may then leave out."""
+    file's own, which it may then leave out; ``changes`` as in :meth:`Goal.with_overrides`,
+    applied before the file is validated."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -298,7 +307,7 @@ def load_goal(path: Path, workload: str | None = None) -> Goal:
         raise GoalError(f"goal file {path} cannot be read: {exc}") from exc
     if workload is not None:
         data["workload"] = workload
-    return _validate(data, source=str(path))
+    return _validate(_merged(data, changes), source=str(path))
 
 
 def default_goal(workload: str) -> Goal:
