@@ -52,7 +52,7 @@ repair_turns = 1
 timeout = "5s"
 max_retries = 0
 """
-COMPILED = "fast = torch.compile(super().forward, dynamic=None)"
+COMPILED = "fast = torch.compile(super().forward, dynamic=None, options={'freezing': True})"
 WRONG = ("RATIONALE: skip the scale\n<<<<<<< SEARCH\n" + COMPILED + "\n=======\n"
          "fast = torch.sigmoid\n>>>>>>> REPLACE\n")
 REPAIRED = ("RATIONALE: every row at once\n<<<<<<< SEARCH\nfast = torch.sigmoid\n=======\n"

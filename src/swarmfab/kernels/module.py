@@ -45,7 +45,7 @@ def module_space(workload: str, source: str, flags: frozenset[str] | None = None
              help="how the forward runs"),
         Knob("autotune", "compiler", ("off", "on"), "off",
              help="Inductor max_autotune: benchmark GEMM/conv choices at compile time"),
-        Knob("freezing", "compiler", ("off", "on"), "off",
+        Knob("freezing", "compiler", ("off", "on"), "on",
              help="Inductor freezing: weights become constants, prepacked for the CPU"),
         Knob("cpp_wrapper", "compiler", ("off", "on"), "off",
              help="Inductor's wrapper code in C++ (less Python per call)"),
