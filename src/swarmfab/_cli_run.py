@@ -113,7 +113,8 @@ def sized_for_host(goal: Any, sizes: str, out: Any = console) -> Any:
     if sizes not in ("auto", "as-is"):
         raise GoalError(f"--sizes {sizes!r}: choose auto or as-is")
     from swarmfab.workloads import get_workload
-    from swarmfab.workloads._problem import ProblemWorkload, fit_to_host
+    from swarmfab.workloads._problem import ProblemWorkload
+    from swarmfab.workloads._problem_sizes import fit_to_host
 
     problem = get_workload(goal.workload)
     if sizes == "as-is" or goal.sizes or goal.shapes or not isinstance(problem,

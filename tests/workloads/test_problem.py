@@ -15,9 +15,8 @@ from swarmfab.errors import CandidateError, GoalError, WorkloadError
 from swarmfab.goal import default_goal
 from swarmfab.kernels import design_space
 from swarmfab.workloads import Case, Dims, get_workload
-from swarmfab.workloads._problem import (
-    ProblemWorkload,
-    build_module,
+from swarmfab.workloads._problem import ProblemWorkload, build_module
+from swarmfab.workloads._problem_sizes import (
     fit_to_host,
     halved,
     problem_sizes,
