@@ -24,6 +24,7 @@ that differ only there are the same candidate and are judged once.
 from __future__ import annotations
 
 import re
+import textwrap
 
 from swarmfab.kernels._host import host_cpu_flags
 from swarmfab.kernels._space import DesignSpace, Knob, Setting
@@ -79,11 +80,12 @@ def render_module(source: str, setting: Setting, threads: int) -> str:
              if name in _read_by(engine, setting)}
     if threads <= 1:
         shown.pop("threads", None)
+    settings = ", ".join(f"{k}={v}" for k, v in shown.items()) or "its defaults"
     lines = [
         "", "",
         "# " + "-" * 86,
-        "# ModelNew: the Model above, run with "
-        + (", ".join(f"{k}={v}" for k, v in shown.items()) or "its defaults"),
+        *textwrap.wrap(f"ModelNew: the Model above, run with {settings}", width=86,
+                       initial_indent="# ", subsequent_indent="#   "),
         "# " + "-" * 86,
         "class ModelNew(Model):",
         '    """The first call prepares the fast path (with the weights already loaded);',
@@ -140,8 +142,9 @@ def _prepare_body(engine: str, shown: Setting) -> list[str]:
     bfloat16 = shown.get("precision") == "bfloat16"
     body += ["", "def run(*inputs):"]
     if channels_last:
-        body.append("    inputs = [x.contiguous(memory_format=torch.channels_last) "
-                    "if isinstance(x, torch.Tensor) and x.dim() == 4 else x for x in inputs]")
+        body += ["    inputs = [x.contiguous(memory_format=torch.channels_last)",
+                 "              if isinstance(x, torch.Tensor) and x.dim() == 4 else x",
+                 "              for x in inputs]"]
     if bfloat16:
         body += [f"    with {grad}, torch.autocast('cpu', dtype=torch.bfloat16):",
                  "        out = fast(*inputs)",
