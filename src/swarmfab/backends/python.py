@@ -8,6 +8,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from swarmfab.backends._base import Artifact, Backend
 from swarmfab.errors import BuildError, CandidateError
@@ -40,16 +41,7 @@ class PythonBackend(Backend):
         return Artifact(self.name, target)
 
     def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
-        module_name = f"swarmfab_candidate_{artifact.path.parent.name}"
-        spec = importlib.util.spec_from_file_location(module_name, artifact.path)
-        if spec is None or spec.loader is None:
-            raise CandidateError(f"cannot import {artifact.path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:  # the candidate's own import-time code failed
-            raise CandidateError(f"importing the candidate raised {exc!r}") from exc
+        module = _import(artifact.path, f"swarmfab_candidate_{artifact.path.parent.name}")
         forward = getattr(module, "forward", None)
         if not callable(forward):
             raise CandidateError("the candidate file does not define a callable `forward`")
@@ -119,7 +111,15 @@ class ModuleBackend(PythonBackend):
 def _module_class(path: str) -> type:
     import torch
 
-    module_name = f"swarmfab_module_{Path(path).parent.name}"
+    module = _import(Path(path), f"swarmfab_module_{Path(path).parent.name}")
+    found = getattr(module, "ModelNew", None)
+    if not (isinstance(found, type) and issubclass(found, torch.nn.Module)):
+        raise CandidateError("the candidate file does not define `class ModelNew(nn.Module)`")
+    return found
+
+
+def _import(path: Path, module_name: str) -> ModuleType:
+    """Execute a candidate file as a module; its failure is the candidate's."""
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise CandidateError(f"cannot import {path}")
@@ -129,7 +129,4 @@ def _module_class(path: str) -> type:
         spec.loader.exec_module(module)
     except Exception as exc:  # the candidate's own import-time code failed
         raise CandidateError(f"importing the candidate raised {exc!r}") from exc
-    found = getattr(module, "ModelNew", None)
-    if not (isinstance(found, type) and issubclass(found, torch.nn.Module)):
-        raise CandidateError("the candidate file does not define `class ModelNew(nn.Module)`")
-    return found
+    return module
