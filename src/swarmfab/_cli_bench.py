@@ -116,7 +116,8 @@ def bench(
     run_id: Annotated[str | None, typer.Option(
         "--run", help="Run whose champion to use: an id or latest (default).")] = None,
     shape: Annotated[list[str] | None, typer.Option(
-        help="B,T,H,K,V[,HV][+h0] (+h0: with an initial state); repeatable.")] = None,
+        help="B,T,H,K,V[,HV][+h0|+poolN] (+h0: with an initial state; +poolN: states "
+             "updated in place in a pool of N); repeatable.")] = None,
     db: DbOption = DEFAULT_DB,
     as_json: JsonOption = False,
     threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
@@ -205,7 +206,7 @@ def _side_json(table: Any) -> dict[str, Any]:
 def bench_policy(
     workload: Annotated[str, typer.Argument(help="Workload name, e.g. kda.")],
     shape: Annotated[str, typer.Option(
-        help="B,T,H,K,V[,HV][+h0]: the one shape every candidate is timed on.")]
+        help="B,T,H,K,V[,HV][+h0|+poolN]: the one shape every candidate is timed on.")]
         = "1,512,4,128,128",
     seeds: Annotated[int, typer.Option(min=1, help="Searches per policy.")] = 3,
     max_evaluations: Annotated[int, typer.Option(

@@ -75,15 +75,19 @@ def friendly(command: F) -> F:
 def parse_shape(text: str) -> Shape:
     from swarmfab.goal import ShapeSpec
 
-    sizes, with_state = text.removesuffix("+h0"), text.endswith("+h0")
+    sizes, _, suffix = text.partition("+")
     try:
         numbers = [int(part) for part in sizes.split(",")]
         b, t, h, k, v, *rest = numbers
+        if suffix not in ("", "h0") and not suffix.startswith("pool"):
+            raise ValueError(suffix)
+        pool = int(suffix.removeprefix("pool")) if suffix.startswith("pool") else None
         return ShapeSpec(B=b, T=t, H=h, K=k, V=v, HV=rest[0] if rest else None,
-                         initial_state=with_state).to_shape()
+                         initial_state=suffix == "h0", pool=pool).to_shape()
     except (ValueError, TypeError) as exc:
-        raise GoalError(f"--shape {text!r}: expected B,T,H,K,V[,HV][+h0] as positive integers "
-                        "(+h0: start from an initial state)") from exc
+        raise GoalError(f"--shape {text!r}: expected B,T,H,K,V[,HV][+h0|+poolN] as positive "
+                        "integers (+h0: start from an initial state; +poolN: update states "
+                        "in place in a pool of N, as an engine decodes)") from exc
 
 
 def require_device(device: str) -> None:

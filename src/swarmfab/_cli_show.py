@@ -166,7 +166,8 @@ def _shape_label(shape: dict[str, Any]) -> str:
     """As :attr:`swarmfab.workloads.Shape.label` has it (HV defaults to H)."""
     h, hv = shape.get("H"), shape.get("HV") or shape.get("H")
     heads = f"H{h}" if hv == h else f"H{h}/HV{hv}"
-    state = " +h0" if shape.get("initial_state") else ""
+    pool = shape.get("pool")
+    state = f" +pool{pool}" if pool else " +h0" if shape.get("initial_state") else ""
     return f"B{shape.get('B')} T{shape.get('T')} {heads} K{shape.get('K')} V{shape.get('V')}{state}"
 
 

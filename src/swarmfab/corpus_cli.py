@@ -65,7 +65,7 @@ def show_case(
 @friendly
 def add_case(
     workload: Annotated[str, typer.Argument(help="Workload name.")],
-    shape: Annotated[str, typer.Option(help="B,T,H,K,V[,HV][+h0]")],
+    shape: Annotated[str, typer.Option(help="B,T,H,K,V[,HV][+h0|+poolN]")],
     name: Annotated[str | None, typer.Option(help="Case name (default: from the shape).")] = None,
     initial_state: Annotated[bool, typer.Option(help="Start from a random state.")] = False,
     gate_divisor: Annotated[float, typer.Option(help="g = logsigmoid(randn) / n.")] = 1.0,

@@ -54,7 +54,9 @@ class _Strict(BaseModel):
 
 
 class ShapeSpec(_Strict):
-    """One target shape. ``HV`` defaults to ``H`` (no grouped value heads)."""
+    """One target shape. ``HV`` defaults to ``H`` (no grouped value heads). ``pool`` N:
+    the call updates states in place in a pool of N states, as a serving engine decodes
+    (the sequences' slots are shuffled; implies ``initial_state``)."""
 
     B: Annotated[int, Field(ge=1, le=4096)]
     T: Annotated[int, Field(ge=1, le=1_048_576)]
@@ -63,17 +65,20 @@ class ShapeSpec(_Strict):
     V: Annotated[int, Field(ge=1, le=1024)]
     HV: Annotated[int | None, Field(ge=1, le=4096)] = None
     initial_state: bool = False
+    pool: Annotated[int | None, Field(ge=1, le=65_536)] = None
 
     @model_validator(mode="after")
     def _grouped_heads_divide(self) -> ShapeSpec:
         if self.HV is not None and self.HV % self.H:
             raise ValueError(f"HV ({self.HV}) must be a multiple of H ({self.H})")
+        if self.pool is not None and self.pool < self.B:
+            raise ValueError(f"pool ({self.pool}) must hold a state per sequence (B = {self.B})")
         return self
 
     def to_shape(self) -> Shape:
         return Shape(
             B=self.B, T=self.T, H=self.H, HV=self.HV or self.H, K=self.K, V=self.V,
-            initial_state=self.initial_state,
+            initial_state=self.initial_state or self.pool is not None, pool=self.pool or 0,
         )
 
 

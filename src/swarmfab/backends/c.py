@@ -115,17 +115,25 @@ class CBackend(Backend):
             raise BuildError(f"compilation failed: {first}", diagnostics, log)
 
     def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
-        return workload.wrap_c(load_symbol(artifact, workload), fill_outputs=fill_outputs)
+        library = _library(artifact)
+        optional = {suffix: getattr(library, f"{workload.c_symbol}_{suffix}")
+                    for suffix in workload.c_optional_symbols
+                    if hasattr(library, f"{workload.c_symbol}_{suffix}")}
+        return workload.wrap_c(load_symbol(artifact, workload), fill_outputs=fill_outputs,
+                               **optional)
+
+
+def _library(artifact: Artifact) -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL(str(artifact.path))
+    except OSError as exc:
+        raise CandidateError(f"cannot load the compiled kernel: {exc}") from exc
 
 
 def load_symbol(artifact: Artifact, workload: Workload) -> Any:
     """The workload's entry point in a built shared library (C or CUDA)."""
     try:
-        library = ctypes.CDLL(str(artifact.path))
-    except OSError as exc:
-        raise CandidateError(f"cannot load the compiled kernel: {exc}") from exc
-    try:
-        return getattr(library, workload.c_symbol)
+        return getattr(_library(artifact), workload.c_symbol)
     except AttributeError:
         raise CandidateError(f"the kernel does not export {workload.c_symbol}") from None
 

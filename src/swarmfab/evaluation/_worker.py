@@ -121,9 +121,11 @@ def _probe_case(workload: Workload, forward: Forward, case: Case, device: str) -
     inputs = _on_device(workload.make_inputs(case), device)
     pristine = probes.snapshot(inputs)
     outputs = _call(workload, forward, inputs)
+    in_place = workload.written_in_place(inputs)
     findings = {
-        "inputs unchanged": _names(probes.modified_inputs(pristine, inputs), "modified"),
-        "outputs do not alias inputs": _names(probes.aliased_outputs(outputs, inputs),
+        "inputs unchanged": _names(probes.modified_inputs(pristine, inputs, in_place),
+                                   "modified"),
+        "outputs do not alias inputs": _names(probes.aliased_outputs(outputs, inputs, in_place),
                                               "share memory with an input"),
         "outputs settled at return": _names(probes.unsettled_outputs(outputs),
                                             "changed after the call returned"),
@@ -199,7 +201,7 @@ def benchmark_shapes(
         except Exception as exc:
             results.append(ShapeRun(case.shape.label, error=f"raised {type(exc).__name__}: {exc}"))
             continue
-        timed = _detached(spy.kept) if spy is not None and spy.kept is not None else None
+        timed = spy.kept if spy is not None else None
         results.append(ShapeRun(case.shape.label, seconds=seconds, outputs=outputs,
                                 timed_outputs=timed))
     return results
@@ -228,7 +230,7 @@ class _Spy:
     def __init__(self, call: Callable[[], object], pick: int, inputs: Inputs, twin: Inputs):
         self.call, self.pick, self.count = call, pick, 0
         self.inputs, self.twin, self.original = inputs, twin, probes.snapshot(inputs)
-        self.kept: Outputs | None = None
+        self.kept: dict[str, torch.Tensor] | None = None
 
     def __call__(self) -> object:
         self.count += 1
@@ -236,8 +238,9 @@ class _Spy:
             return self.call()
         probes.write_into(self.inputs, self.twin)
         result = self.call()
+        # copied now: an output written in place (a state pool) changes with the next call
+        self.kept = _detached(result)  # type: ignore[arg-type]
         probes.write_into(self.inputs, self.original)
-        self.kept = result  # type: ignore[assignment]
         return result
 
 

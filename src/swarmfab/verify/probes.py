@@ -5,7 +5,9 @@ reference; the parent turns their findings into named checks. Each probe closes 
 known exploit:
 
 - inputs unchanged: a kernel may not edit its inputs so the reference agrees;
-- outputs do not alias inputs: returning a view of an input is not computing;
+- outputs do not alias inputs: returning a view of an input is not computing (a state
+  pool updated in place is the one input its output is, :meth:`Workload.written_in_place`;
+  its every state, decoded or not, is then compared with the reference);
 - outputs settled at return: no thread or process may finish the work later
   (the outputs are re-read after a pause; lazy or asynchronous results change);
 - no processes left running: a candidate's children outlive nothing;
@@ -78,10 +80,15 @@ def snapshot(values: Inputs) -> dict[str, torch.Tensor | float | None]:
     return {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in values.items()}
 
 
-def modified_inputs(before: Inputs, after: Inputs) -> tuple[str, ...]:
-    """Names of input tensors whose contents differ from the snapshot ``before``."""
+def modified_inputs(before: Inputs, after: Inputs,
+                    in_place: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Names of input tensors whose contents differ from the snapshot ``before``, except
+    those the call writes by design (``in_place``: output name -> input name)."""
+    written = set((in_place or {}).values())
     changed = []
     for name, value in before.items():
+        if name in written:
+            continue
         now = after[name]
         tensors = isinstance(value, torch.Tensor) and isinstance(now, torch.Tensor)
         if tensors and (now.shape != value.shape or not torch.equal(value, now)):  # type: ignore[union-attr, arg-type]
@@ -95,14 +102,18 @@ def _byte_range(tensor: torch.Tensor) -> tuple[int, int]:
     return start, start + storage.nbytes()
 
 
-def aliased_outputs(outputs: Mapping[str, torch.Tensor], inputs: Inputs) -> tuple[str, ...]:
-    """Outputs whose memory overlaps any input tensor's memory."""
-    ranges = [_byte_range(v) for v in inputs.values() if isinstance(v, torch.Tensor)]
+def aliased_outputs(outputs: Mapping[str, torch.Tensor], inputs: Inputs,
+                    in_place: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Outputs whose memory overlaps any input tensor's memory, but the one input an
+    output is written into by design (``in_place``: output name -> input name)."""
+    in_place = in_place or {}
     found = []
     for name, out in outputs.items():
         if not isinstance(out, torch.Tensor) or out.numel() == 0:
             continue
         low, high = _byte_range(out)
+        ranges = [_byte_range(value) for key, value in inputs.items()
+                  if isinstance(value, torch.Tensor) and key != in_place.get(name)]
         if any(low < end and start < high for start, end in ranges):
             found.append(name)
     return tuple(found)

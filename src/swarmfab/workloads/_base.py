@@ -53,7 +53,11 @@ class KernelRefusedError(CandidateError):
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """Sizes of one linear-attention call: q, k ``[B,T,H,K]``, v ``[B,T,HV,V]``."""
+    """Sizes of one linear-attention call: q, k ``[B,T,H,K]``, v ``[B,T,HV,V]``.
+
+    ``pool`` N > 0: the call updates states in place in a pool of N (>= B) states, each
+    sequence in a slot of its own, as serving engines decode (implies an initial state).
+    """
 
     B: int
     T: int
@@ -62,11 +66,17 @@ class Shape:
     K: int
     V: int
     initial_state: bool = False
+    pool: int = 0
+
+    def __post_init__(self) -> None:
+        if self.pool and (self.pool < self.B or not self.initial_state):
+            raise ValueError(f"a pool of {self.pool} states needs initial_state and at "
+                             f"least one state per sequence (B = {self.B})")
 
     @property
     def label(self) -> str:
         heads = f"H{self.H}" if self.HV == self.H else f"H{self.H}/HV{self.HV}"
-        state = " +h0" if self.initial_state else ""
+        state = f" +pool{self.pool}" if self.pool else " +h0" if self.initial_state else ""
         return f"B{self.B} T{self.T} {heads} K{self.K} V{self.V}{state}"
 
 
@@ -137,6 +147,8 @@ class Case:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["shape_kind"] = "dims" if isinstance(self.shape, Dims) else "delta"
+        if data["shape"].get("pool") == 0:
+            del data["shape"]["pool"]  # records from before pools read the same
         return data
 
     @staticmethod
@@ -179,6 +191,9 @@ class Workload(ABC):
     family: str = ""
     description: str = ""
     c_symbol: str = ""
+    # further entry points a compiled candidate may export, as ``<c_symbol>_<suffix>``:
+    # the C backend hands those present to wrap_c as keyword arguments named by suffix
+    c_optional_symbols: tuple[str, ...] = ()
     default_shapes: tuple[AnyShape, ...] = ()
     output_names: tuple[str, ...] = ()
     source_file: str | None = None  # set by swarmfab when loaded from a user's file
@@ -220,6 +235,12 @@ class Workload(ABC):
     @abstractmethod
     def validation_cases(self) -> list[Case]:
         """The built-in validation corpus: small cases that cover the edge conditions."""
+
+    def written_in_place(self, inputs: Inputs) -> Mapping[str, str]:
+        """Outputs a call writes into one of its inputs by design (output name -> input
+        name), as a state pool decoded in place: the probes let exactly that input change
+        and that output share its memory. None by default."""
+        return {}
 
     def call_lean(self, forward: Forward, inputs: Inputs) -> Outputs | None:
         """Call without the optional outputs (e.g. no final state); None: no such call.

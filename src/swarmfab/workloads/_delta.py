@@ -10,6 +10,15 @@ beta ``[B,T,HV]``, states ``[B,HV,K,V]`` float32. Compiled candidates export
                        int64_t K, int64_t V);
 
 row-major contiguous float32; h0 and ht may be NULL; 0 on success, non-zero to refuse.
+A candidate may also export the pooled form engines decode with (``_delta_pool``)
+
+    int <name>_forward_indexed(q, k, v, g, beta, const float *h0, float *o, float *ht,
+                               const int64_t *state_indices, int64_t slots, float scale,
+                               int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K,
+                               int64_t V);
+
+where h0 and ht hold ``slots`` states, sequence b's at slot ``state_indices[b]`` (slot b
+when NULL), and ht may be h0 (in place). Without it, pooled calls gather and scatter.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import inspect
 import math
 import random
 from collections.abc import Callable
@@ -26,7 +36,7 @@ import torch.nn.functional as F
 
 from swarmfab.errors import WorkloadError
 from swarmfab.kernels import DesignSpace
-from swarmfab.workloads import _delta_math, _delta_reference
+from swarmfab.workloads import _delta_math, _delta_pool, _delta_reference
 from swarmfab.workloads._base import (
     Case,
     CFunction,
@@ -44,6 +54,8 @@ __all__ = ["GatedDeltaRule"]
 
 _PROBE_TOKENS = 128  # tokens of the shape a setup estimate times
 _C_ARGTYPES = [ctypes.c_void_p] * 8 + [ctypes.c_float] + [ctypes.c_int64] * 6
+_C_INDEXED_ARGTYPES = ([ctypes.c_void_p] * 9 + [ctypes.c_int64] + [ctypes.c_float]
+                       + [ctypes.c_int64] * 6)
 
 
 def _pointer(tensor: torch.Tensor | None) -> int | None:
@@ -55,6 +67,7 @@ class GatedDeltaRule(Workload):
 
     family = "delta-rule"
     output_names = ("o", "final_state")
+    c_optional_symbols = ("indexed",)  # the pooled entry point (see the module's doc)
     opt_in_baselines = frozenset({"torch-compile"})  # compiles for ~10 s per shape and job
     compiling_baselines = frozenset({"torch-compile"})
     gate_per_channel: bool
@@ -95,13 +108,28 @@ class GatedDeltaRule(Workload):
         beta = _draw_beta(dist, (s.B, s.T, s.HV), gen)
         h0 = None
         if s.initial_state:
-            h0 = torch.randn(s.B, s.HV, s.K, s.V, generator=gen, dtype=torch.float64)
+            h0 = torch.randn(s.pool or s.B, s.HV, s.K, s.V, generator=gen, dtype=torch.float64)
             h0 = (h0 * dist.magnitude).float()
-        return {
+        inputs: dict[str, torch.Tensor | float | None] = {
             "q": q.to(dtype), "k": k.to(dtype), "v": v.to(dtype), "g": g.float(),
             "beta": beta.to(dtype), "initial_state": h0,
             "scale": s.K**-0.5 if dist.scale is None else dist.scale,
         }
+        if s.pool:  # decoded in place into a pool, sequences at shuffled slots
+            inputs["state_indices"] = _delta_pool.draw_indices(s.B, s.pool, gen)
+        return inputs
+
+    def reference_torch(self, inputs: Inputs) -> Outputs:
+        """The per-token recurrence in float64 PyTorch (the reference's definition)."""
+        q, k, v, g, beta, h0 = self._float64(inputs)
+        o, state = _delta_math.recurrent(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
+        return self._pooled_outputs(inputs, o, state)
+
+    def reference_chunked(self, inputs: Inputs, chunk: int = 64) -> Outputs:
+        """The independent chunked formulation in float64 (cross-checks :meth:`reference`)."""
+        q, k, v, g, beta, h0 = self._float64(inputs)
+        o, state = _delta_math.chunked(q, k, v, g, beta, float(inputs["scale"]), h0, chunk)  # type: ignore[arg-type]
+        return self._pooled_outputs(inputs, o, state)
 
     def reference(self, inputs: Inputs) -> Outputs:
         """The recurrence in float64: compiled (``_delta_reference``) where a C compiler
@@ -110,78 +138,117 @@ class GatedDeltaRule(Workload):
         computed = _delta_reference.recurrent_f64(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
         if computed is None:
             return self.reference_torch(inputs)
-        return {"o": computed[0], "final_state": computed[1]}
-
-    def reference_torch(self, inputs: Inputs) -> Outputs:
-        """The per-token recurrence in float64 PyTorch (the reference's definition)."""
-        q, k, v, g, beta, h0 = self._float64(inputs)
-        o, state = _delta_math.recurrent(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
-        return {"o": o, "final_state": state}
-
-    def reference_chunked(self, inputs: Inputs, chunk: int = 64) -> Outputs:
-        """The independent chunked formulation in float64 (cross-checks :meth:`reference`)."""
-        q, k, v, g, beta, h0 = self._float64(inputs)
-        o, state = _delta_math.chunked(q, k, v, g, beta, float(inputs["scale"]), h0, chunk)  # type: ignore[arg-type]
-        return {"o": o, "final_state": state}
+        return self._pooled_outputs(inputs, *computed)
 
     def _float64(self, inputs: Inputs) -> list[torch.Tensor | None]:
+        """q, k, v, g (per channel), beta and each sequence's initial state, in float64."""
         tensors = _tensors(inputs, torch.float64)
-        q, g = tensors[0], tensors[3]
+        q, g, h0 = tensors[0], tensors[3], tensors[5]
         assert q is not None and g is not None
         tensors[3] = self.per_channel_gate(g, q.shape[-1])
+        slots = inputs.get("state_indices")
+        if h0 is not None and isinstance(slots, torch.Tensor):
+            tensors[5] = h0[slots]
         return tensors
+
+    @staticmethod
+    def _pooled_outputs(inputs: Inputs, o: torch.Tensor, state: torch.Tensor) -> Outputs:
+        """Outputs as the call leaves them: with a pool, the whole pool, every state not
+        decoded unchanged."""
+        slots = inputs.get("state_indices")
+        pool = inputs["initial_state"]
+        if not isinstance(slots, torch.Tensor) or not isinstance(pool, torch.Tensor):
+            return {"o": o, "final_state": state}
+        after = pool.to(torch.float64).clone()
+        after[slots] = state
+        return {"o": o, "final_state": after}
 
     def call(self, forward: Forward, inputs: Inputs) -> Outputs:
         o, state = _invoke(forward, inputs, final_state=True)
         if state is None:
             raise KernelRefusedError("output_final_state=True but no final state was returned")
+        if "state_indices" in inputs:  # the pool as the call leaves it is the result
+            return {"o": o, "final_state": inputs["initial_state"]}  # type: ignore[dict-item]
         return {"o": o, "final_state": state}
 
-    def call_lean(self, forward: Forward, inputs: Inputs) -> Outputs:
+    def call_lean(self, forward: Forward, inputs: Inputs) -> Outputs | None:
+        if "state_indices" in inputs:
+            return None  # an in-place call always writes its states
         o, _ = _invoke(forward, inputs, final_state=False)
         return {"o": o}
 
+    def written_in_place(self, inputs: Inputs) -> dict[str, str]:
+        return {"final_state": "initial_state"} if "state_indices" in inputs else {}
+
     # -- compiled candidates --------------------------------------------------------
     def wrap_c(
-        self, function: CFunction, *, fill_outputs: bool = True, device: str = "cpu"
+        self, function: CFunction, *, fill_outputs: bool = True, device: str = "cpu",
+        indexed: CFunction | None = None,
     ) -> Forward:
+        """The kernel with fla's signature and the pool keywords; ``indexed``, the
+        ``_indexed`` entry point where the library exports it, updates pools in place,
+        and without it pooled calls gather and scatter around ``function``."""
         function.argtypes = _C_ARGTYPES
         function.restype = ctypes.c_int
+        symbol = self.c_symbol
 
-        def forward(
+        def plain(
             q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
             beta: torch.Tensor, scale: float | None = None,
             initial_state: torch.Tensor | None = None, output_final_state: bool = False,
         ) -> tuple[torch.Tensor, torch.Tensor | None]:
-            q, k, v, g, beta = (x.contiguous().float() for x in (q, k, v, g, beta))
-            _on(device, q, k, v, g, beta, initial_state)
-            batch, steps, heads, key_dim = q.shape
-            value_heads, value_dim = v.shape[2], v.shape[3]
+            q, k, v, g, beta = _prepared(device, initial_state, q, k, v, g, beta)
             h0 = None if initial_state is None else initial_state.contiguous().float()
             # when verifying, outputs start as NaN so any element left unwritten is caught
-            state_shape = (batch, value_heads, key_dim, value_dim)
             o = _output(v.shape, fill_outputs, device)
-            ht = _output(state_shape, fill_outputs, device) if output_final_state else None
-            status = function(
-                q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr(), beta.data_ptr(),
-                _pointer(h0), o.data_ptr(), _pointer(ht),
-                key_dim**-0.5 if scale is None else scale,
-                batch, steps, heads, value_heads, key_dim, value_dim,
-            )
+            ht = (_output((q.shape[0], *_delta_pool.state_dims(q, v)), fill_outputs, device)
+                  if output_final_state else None)
+            status = function(*_pointers(q, k, v, g, beta, h0, o, ht),
+                              *_scalars(q, v, scale))
             if status != 0:
-                raise KernelRefusedError(f"{self.c_symbol} returned {status} (arguments refused)")
+                raise KernelRefusedError(f"{symbol} returned {status} (arguments refused)")
             return o, ht
 
-        return forward
+        if indexed is None:
+            return _delta_pool.pooled(plain)
+        indexed.argtypes = _C_INDEXED_ARGTYPES
+        indexed.restype = ctypes.c_int
+
+        def in_place(
+            q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+            beta: torch.Tensor, scale: float | None = None,
+            initial_state: torch.Tensor | None = None, output_final_state: bool = False,
+            inplace_final_state: bool = False, state_indices: object = None,
+        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+            if not inplace_final_state:
+                return plain_forward(q, k, v, g, beta, scale, initial_state,
+                                     output_final_state, inplace_final_state, state_indices)
+            q, k, v, g, beta = _prepared(device, initial_state, q, k, v, g, beta)
+            batch = q.shape[0]
+            pool = _delta_pool.state_pool(initial_state, _delta_pool.state_dims(q, v),
+                                          batch if state_indices is None else 0)
+            slots = None if state_indices is None else _delta_pool.checked_indices(
+                state_indices, batch, pool.shape[0], pool.device)
+            o = _output(v.shape, fill_outputs, device)
+            status = indexed(*_pointers(q, k, v, g, beta, pool, o, pool), _pointer(slots),
+                             pool.shape[0], *_scalars(q, v, scale))
+            if status != 0:
+                raise KernelRefusedError(f"{symbol}_indexed returned {status} (arguments "
+                                         "refused)")
+            return o, pool
+
+        plain_forward = _delta_pool.pooled(plain)
+        return in_place
 
     # -- baselines, corpus, cost ----------------------------------------------------
     def baselines(self) -> dict[str, Forward]:
-        return {
+        plain: dict[str, Forward] = {
             "torch-recurrent": functools.partial(_baseline, self, _delta_math.recurrent),
             "torch-chunked": functools.partial(_baseline, self, _delta_math.chunked),
             "torch-compile": functools.partial(_baseline, self, _compiled_recurrent),
             **self.fla_baselines(),
         }
+        return {name: _delta_pool.pooled(forward) for name, forward in plain.items()}
 
     def fla_baselines(self) -> dict[str, Forward]:
         """fla's GPU kernels, where fla imports and a CUDA device is present (none here)."""
@@ -202,6 +269,11 @@ class GatedDeltaRule(Workload):
                  Distribution(beta="near1", magnitude=100.0), seed=7),
             Case("long-sequence-scale-0.1", Shape(1, 300, 1, 1, 16, 16),
                  Distribution(gate_divisor=10.0, scale=0.1), seed=8),
+            # an engine's step: states updated in place at shuffled slots of a larger pool
+            # (the slots left out must come back untouched)
+            Case("decode-in-place-pool", Shape(3, 1, 2, 2, 32, 16, True, pool=7), seed=9),
+            Case("prefill-in-place-pool-gva", Shape(2, 45, 1, 2, 16, 48, True, pool=5),
+                 seed=10),
         ]
 
     def fuzz_cases(self, rng: random.Random, count: int) -> list[Case]:
@@ -235,18 +307,55 @@ class GatedDeltaRule(Workload):
 def _invoke(
     forward: Forward, inputs: Inputs, final_state: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Call ``forward`` with fla's keyword arguments, asking for the final state or not."""
+    """Call ``forward`` with fla's keyword arguments, asking for the final state or not;
+    a case with a pool updates it in place at its slots (vLLM's ``state_indices``): a
+    forward without the pool keywords (fla's own signature) gets them by gathering and
+    scattering around it."""
+    pool: dict[str, object] = {}
+    if "state_indices" in inputs:
+        pool = {"inplace_final_state": True, "state_indices": inputs["state_indices"]}
+        if not _takes_pools(forward):
+            forward = _delta_pool.pooled(forward)
     return forward(
         inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"],
         scale=inputs["scale"], initial_state=inputs["initial_state"],
-        output_final_state=final_state,
+        output_final_state=final_state, **pool,
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _takes_pools(forward: Forward) -> bool:
+    try:
+        parameters = inspect.signature(forward).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: let the call say
+        return True
+    return any(p.name == "inplace_final_state" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _delta_shape(case: Case) -> Shape:
     if not isinstance(case.shape, Shape):
         raise WorkloadError(f"case {case.name!r}: the delta rule needs B,T,H,HV,K,V sizes")
     return case.shape
+
+
+def _prepared(
+    device: str, state: torch.Tensor | None, *tensors: torch.Tensor
+) -> list[torch.Tensor]:
+    """``tensors`` as contiguous float32, once they and the state are where the kernel
+    runs (it dereferences raw pointers)."""
+    _on(device, state, *tensors)
+    return [x.contiguous().float() for x in tensors]
+
+
+def _pointers(*tensors: torch.Tensor | None) -> list[int | None]:
+    return [_pointer(x) for x in tensors]
+
+
+def _scalars(q: torch.Tensor, v: torch.Tensor, scale: float | None) -> tuple[float | int, ...]:
+    """scale, B, T, H, HV, K, V as the C entry points take them."""
+    batch, steps, heads, key_dim = q.shape
+    return (key_dim**-0.5 if scale is None else scale, batch, steps, heads, v.shape[2],
+            key_dim, v.shape[3])
 
 
 def _output(shape: tuple[int, ...] | torch.Size, fill: bool, device: str = "cpu") -> torch.Tensor:

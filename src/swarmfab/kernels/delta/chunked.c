@@ -193,9 +193,10 @@ static void run_job(const delta_args *a, ch_work *w, int64_t b, int64_t hv, int6
 {
     const int64_t K = a->K, V = a->V, T = a->T, h = hv / (a->HV / a->H);
     float *S = w->S;
+    const int64_t state = (delta_slot(a, b) * a->HV + hv) * K * V;
     for (int64_t d = 0; d < K; d++)
         for (int j = 0; j < vw; j++)
-            S[d * w->ld + j] = a->h0 ? a->h0[((b * a->HV + hv) * K + d) * V + v0 + j] : 0.0f;
+            S[d * w->ld + j] = a->h0 ? a->h0[state + d * V + v0 + j] : 0.0f;
     float *kc = w->KD, *qc = w->QG;  /* raw rows first, rewritten in place below */
     for (int64_t t0 = 0; t0 < T; t0 += CH_C) {
         const int L = (int)(T - t0 < CH_C ? T - t0 : CH_C);
@@ -273,7 +274,7 @@ static void run_job(const delta_args *a, ch_work *w, int64_t b, int64_t hv, int6
     }
     if (a->ht)
         for (int64_t d = 0; d < K; d++)
-            memcpy(a->ht + ((b * a->HV + hv) * K + d) * V + v0, S + d * w->ld, sizeof(float) * vw);
+            memcpy(a->ht + state + d * V + v0, S + d * w->ld, sizeof(float) * vw);
 }
 
 static float *take(float **cursor, size_t count)
@@ -300,14 +301,11 @@ static void *work_alloc(ch_work *w, int64_t K, int64_t tile)
     return base;
 }
 
-int DELTA_SYMBOL(const float *q, const float *k, const float *v, const float *g,
-                 const float *beta, const float *h0, float *o, float *ht, float scale,
-                 int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V)
+static int delta_run(const delta_args *a)
 {
-    if (!delta_shape_ok(B, T, H, HV, K, V)) return 1;
+    const int64_t B = a->B, HV = a->HV, K = a->K, V = a->V;
     if (K > 4096) return 1;  /* the anchor row lives on the stack */
-    const delta_args a = {q, k, v, g, beta, h0, o, ht, scale, B, T, H, HV, K, V};
-    advise_outputs(&a);
+    advise_outputs(a);
 #if CH_PARALLEL == 2
     const int64_t tile = CH_VT;
 #else
@@ -325,7 +323,7 @@ int DELTA_SYMBOL(const float *q, const float *k, const float *v, const float *g,
             if (!base) continue;
             const int64_t v0 = job % tiles * tile;
             const int vw = (int)(V - v0 < tile ? V - v0 : tile);
-            run_job(&a, &w, job / (HV * tiles), job / tiles % HV, v0, vw);
+            run_job(a, &w, job / (HV * tiles), job / tiles % HV, v0, vw);
         }
         free(base);
     }

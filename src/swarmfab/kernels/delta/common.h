@@ -2,7 +2,8 @@
  * Shared by the gated delta rule's C templates; the design space puts it in front of a
  * template's source, after the knob #defines, so a candidate stays one file.
  *   DELTA_SCALAR_GATE  0: g is [B,T,HV,K] (KDA); 1: g is [B,T,HV] (GDN)
- *   DELTA_SYMBOL       exported entry point (kda_forward, gdn_forward)
+ *   DELTA_SYMBOL       exported entry point (kda_forward, gdn_forward); its pooled form
+ *                      DELTA_SYMBOL_indexed is exported too (see the end of this file)
  *   DELTA_HUGE_OUTPUTS 1: 2 MB pages behind the outputs (madvise) before they are written
  */
 #include <math.h>
@@ -25,7 +26,16 @@ typedef struct {
     float *o, *ht;
     float scale;
     int64_t B, T, H, HV, K, V;
+    const int64_t *slot;  /* sequence b's state is slot[b] of h0 and ht; NULL: slot b */
+    int64_t slots;        /* states in h0 and ht */
 } delta_args;
+
+/* Where sequence b's state lives in h0 and ht. A template reads a state tile whole
+ * before it writes it back, so ht may be h0 (decode in place). */
+static inline int64_t delta_slot(const delta_args *a, int64_t b)
+{
+    return a->slot ? a->slot[b] : b;
+}
 
 /* Token tok's gate for key channel d (a scalar gate is the same for every channel). */
 static inline float delta_gate(const delta_args *a, int64_t tok, int64_t d)
@@ -86,7 +96,8 @@ static void advise_huge_pages(void *buffer, size_t bytes)
 static void advise_outputs(const delta_args *a)
 {
     advise_huge_pages(a->o, (size_t)(a->B * a->T * a->HV * a->V) * sizeof(float));
-    if (a->ht) advise_huge_pages(a->ht, (size_t)(a->B * a->HV * a->K * a->V) * sizeof(float));
+    if (a->ht && a->ht != a->h0)  /* a pool updated in place is already paged in */
+        advise_huge_pages(a->ht, (size_t)(a->slots * a->HV * a->K * a->V) * sizeof(float));
 }
 #else
 static void advise_outputs(const delta_args *a) { (void)a; }
@@ -95,4 +106,55 @@ static void advise_outputs(const delta_args *a) { (void)a; }
 static int delta_shape_ok(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V)
 {
     return B >= 1 && T >= 1 && H >= 1 && HV >= 1 && K >= 1 && V >= 1 && HV % H == 0;
+}
+
+/* Slot indices are usable when each names a distinct state of the pool: two sequences
+ * on one slot would race for it, and an index outside the pool writes out of bounds. */
+static int delta_slots_ok(const int64_t *slot, int64_t B, int64_t slots)
+{
+    if (!slot) return slots >= B;
+    unsigned char *taken = calloc((size_t)(slots > 0 ? slots : 1), 1);
+    int ok = taken != NULL;
+    for (int64_t b = 0; ok && b < B; b++) {
+        ok = slot[b] >= 0 && slot[b] < slots && !taken[slot[b]];
+        if (ok) taken[slot[b]] = 1;
+    }
+    free(taken);
+    return ok;
+}
+
+/* The template's body: every (sequence, value head) of the call; 0, or 2 when out of
+ * memory. */
+static int delta_run(const delta_args *a);
+
+#define DELTA_CONCAT_(a, b) a##b
+#define DELTA_CONCAT(a, b) DELTA_CONCAT_(a, b)
+
+/*
+ * The pooled entry point, the way serving engines call the recurrence: h0 and ht hold
+ * `slots` states [slots, HV, K, V]; sequence b starts from state state_indices[b] of h0
+ * and its final state goes to the same slot of ht. ht may be h0 (decode in place: no
+ * state is gathered, copied or allocated). state_indices NULL: sequence b uses slot b.
+ * Returns 1 for a bad shape, 3 for indices that repeat or leave the pool, 2 when out of
+ * memory; nothing is written then.
+ */
+int DELTA_CONCAT(DELTA_SYMBOL, _indexed)(
+    const float *q, const float *k, const float *v, const float *g, const float *beta,
+    const float *h0, float *o, float *ht, const int64_t *state_indices, int64_t slots,
+    float scale, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V)
+{
+    if (!delta_shape_ok(B, T, H, HV, K, V)) return 1;
+    if (!delta_slots_ok(state_indices, B, slots)) return 3;
+    const delta_args a = {q, k, v, g, beta, h0, o, ht, scale, B, T, H, HV, K, V,
+                          state_indices, slots};
+    return delta_run(&a);
+}
+
+/* The plain entry point (fla's call): states [B, HV, K, V], sequence b in slot b. */
+int DELTA_SYMBOL(const float *q, const float *k, const float *v, const float *g,
+                 const float *beta, const float *h0, float *o, float *ht, float scale,
+                 int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V)
+{
+    return DELTA_CONCAT(DELTA_SYMBOL, _indexed)(q, k, v, g, beta, h0, o, ht, NULL, B,
+                                                scale, B, T, H, HV, K, V);
 }

@@ -528,7 +528,7 @@ static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
                     int64_t tile1)
 {
     const int64_t K = a->K, V = a->V, T = a->T;
-    const float *h0 = a->h0 ? a->h0 + (b * a->HV + hv) * K * V : NULL;
+    const float *h0 = a->h0 ? a->h0 + (delta_slot(a, b) * a->HV + hv) * K * V : NULL;
     for (int64_t d = 0; d < K; d++) w->L[d] = 0.0f;
     /* rows outermost: the initial and final states are read and written in address
      * order (decode moves little else) */
@@ -555,7 +555,7 @@ static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
     _mm_sfence();  /* streamed outputs are in memory before the job is reported done */
 #endif
     if (!a->ht) return;
-    float *ht = a->ht + (b * a->HV + hv) * K * V;
+    float *ht = a->ht + (delta_slot(a, b) * a->HV + hv) * K * V;
     for (int64_t d = 0; d < K; d++) w->L[d] = RC_DEFERRED ? delta_exp(w->L[d]) : 1.0f;  /* c */
     for (int64_t i = 0; i < K; i++)
         for (int64_t tile = tile0; tile < tile1; tile++) {
@@ -592,13 +592,10 @@ static void *work_alloc(rc_work *w, int64_t K, int64_t tiles)
     return base;
 }
 
-int DELTA_SYMBOL(const float *q, const float *k, const float *v, const float *g,
-                 const float *beta, const float *h0, float *o, float *ht, float scale,
-                 int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V)
+static int delta_run(const delta_args *a)
 {
-    if (!delta_shape_ok(B, T, H, HV, K, V)) return 1;
-    const delta_args a = {q, k, v, g, beta, h0, o, ht, scale, B, T, H, HV, K, V};
-    advise_outputs(&a);
+    const int64_t B = a->B, HV = a->HV, K = a->K, V = a->V;
+    advise_outputs(a);
     const int64_t tiles = (V + RC_BV - 1) / RC_BV;
     const int64_t per_job = RC_PARALLEL == 2 ? 1 : tiles, jobs = B * HV * (tiles / per_job);
     int failed = 0;
@@ -611,7 +608,7 @@ int DELTA_SYMBOL(const float *q, const float *k, const float *v, const float *g,
         for (int64_t job = 0; job < jobs; job++) {
             if (!base) continue;
             const int64_t head = job / (tiles / per_job), tile0 = job % (tiles / per_job) * per_job;
-            run_job(&a, &w, head / HV, head % HV, tile0, tile0 + per_job);
+            run_job(a, &w, head / HV, head % HV, tile0, tile0 + per_job);
         }
         free(base);
     }
