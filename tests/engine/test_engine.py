@@ -63,19 +63,46 @@ def test_a_factory_c_kernel_in_the_kda_slots_gives_the_same_tokens(
     backend = CBackend()
     kernel = backend.load(backend.build(candidate, tmp_path), get_workload("kda"),
                           fill_outputs=False)
-    calls: list[int] = []
+    calls: list[tuple[int, bool]] = []
+    pools: set[int] = set()
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[0].shape[1])  # T: 1 for decode steps, the chunk for prefill
-        return kernel(*args, **kwargs)
+        # T (1 for decode steps, the chunk for prefill), and whether the states were
+        # updated in place where the engine keeps them
+        calls.append((args[0].shape[1], kwargs["inplace_final_state"]))
+        o, state = kernel(*args, **kwargs)
+        assert state is kwargs["initial_state"]
+        pools.add(state.data_ptr())
+        return o, state
 
     slots = KernelSlots().with_kda(counted, label=f"c:{candidate.id[:12]}")
     champion = HybridModel(model.config, model.weights, slots)
     prompts = _prompts((19, 4, 50), seed=5)
-    assert _engine(champion, max_num_batched_tokens=20).generate(prompts, GREEDY) == \
+    engine = _engine(champion, max_num_batched_tokens=20)
+    assert engine.generate(prompts, GREEDY) == \
         _engine(model, max_num_batched_tokens=20).generate(prompts, GREEDY)
     assert champion.slots.labels["kda_decode"].startswith("c:")
-    assert 1 in calls and max(calls) > 1, "both KDA slots must have run the C kernel"
+    assert (1, True) in calls and max(calls)[0] > 1, "both KDA slots must have run the C kernel"
+    assert all(in_place for _, in_place in calls)
+    layers = engine.states.recurrent
+    assert pools == {layers[i].data_ptr() for i in range(layers.shape[0])}
+
+
+def test_a_kernel_with_fla_signature_alone_gets_the_pool_by_gather_and_scatter(
+    model: HybridModel,
+) -> None:
+    reference = get_workload("kda").baselines()["torch-recurrent"]
+
+    def fla_signature(q: Any, k: Any, v: Any, g: Any, beta: Any, scale: Any = None,
+                      initial_state: Any = None, output_final_state: bool = False) -> Any:
+        return reference(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                         output_final_state=output_final_state)
+
+    plain = HybridModel(model.config, model.weights,
+                        KernelSlots().with_kda(fla_signature, label="fla-signature"))
+    prompts = _prompts((9, 27), seed=6)
+    assert _engine(plain, max_num_batched_tokens=16).generate(prompts, GREEDY) == \
+        _engine(model, max_num_batched_tokens=16).generate(prompts, GREEDY)
 
 
 def test_a_burst_never_exceeds_the_cache_budget_and_preempted_work_is_recomputed(

@@ -49,6 +49,23 @@ errors = [float((outputs[n].double() - reference[n]).norm() / reference[n].norm(
           for n in reference]
 assert max(errors) < 1e-5, errors
 
+# an engine's step: states updated in place at shuffled slots of a pool
+pooled = workload.make_inputs(Case("p", Shape(3, 5, 2, 4, 32, 16, True, pool=6), seed=1))
+reference = workload.reference(pooled)
+pool = pooled["initial_state"]
+outputs = workload.call({name}.forward, pooled)
+assert outputs["final_state"].data_ptr() == pool.data_ptr()
+errors = [float((outputs[n].double() - reference[n]).norm() / reference[n].norm())
+          for n in reference]
+assert max(errors) < 1e-5, errors
+try:
+    {name}.forward(*(pooled[n] for n in ("q", "k", "v", "g", "beta")), initial_state=pool,
+                   inplace_final_state=True, state_indices=[0, 1, 6])
+except ValueError as error:
+    assert "outside the pool" in str(error)
+else:
+    raise AssertionError("a slot outside the pool was accepted")
+
 q, k, v, g, beta = (inputs[n].float() for n in ("q", "k", "v", "g", "beta"))
 o, state = {name}.forward(q, k, v.bfloat16(), g, beta)  # fla: o in v's dtype
 assert o.dtype == torch.bfloat16 and state is None

@@ -125,26 +125,26 @@ class HybridModel:
     def _delta_rule(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                     beta: torch.Tensor, batch: StepBatch, recurrent: torch.Tensor
                     ) -> torch.Tensor:
-        """KDA over every sequence: one batched decode call, one prefill call per chunk."""
+        """KDA over every sequence: one batched decode call, one prefill call per chunk,
+        each updating its sequences' states in place in the layer's pool of slots."""
         scale = self.config.linear_head_dim ** -0.5
         out = torch.empty_like(v)
         decodes = batch.num_decodes
         if decodes:
-            slots = torch.tensor(batch.state_slots[:decodes])
-            o, state = self.slots.kda_decode(
+            o, _ = self.slots.kda_decode(
                 *(x[:decodes].unsqueeze(1) for x in (q, k, v, g, beta)), scale=scale,
-                initial_state=recurrent[slots], output_final_state=True)
+                initial_state=recurrent, output_final_state=True, inplace_final_state=True,
+                state_indices=torch.tensor(batch.state_slots[:decodes]))
             out[:decodes] = o[:, 0]
-            recurrent[slots] = state
         start = decodes
         for seq in range(decodes, len(batch.query_lens)):
             length, slot = batch.query_lens[seq], batch.state_slots[seq]
             piece = slice(start, start + length)
-            o, state = self.slots.kda_prefill(
+            o, _ = self.slots.kda_prefill(
                 *(x[piece].unsqueeze(0) for x in (q, k, v, g, beta)), scale=scale,
-                initial_state=recurrent[slot:slot + 1], output_final_state=True)
+                initial_state=recurrent, output_final_state=True, inplace_final_state=True,
+                state_indices=torch.tensor([slot]))
             out[piece] = o[0]
-            recurrent[slot] = state[0]
             start += length
         return out
 

@@ -2,9 +2,11 @@
 
 A slot holds a callable. The two KDA slots take exactly the signature of a KDA workload
 ``forward`` (fla's: ``forward(q, k, v, g, beta, scale, initial_state,
-output_final_state) -> (o, final_state)``), so a factory champion (a built C candidate
-or an exported package) drops in unchanged. The defaults are the PyTorch references:
-the chunked form for prefill, the per-token recurrence for decode.
+output_final_state) -> (o, final_state)``, plus the pool keywords engines decode with,
+``inplace_final_state`` and ``state_indices``), so a factory champion (a built C
+candidate or an exported package) drops in unchanged; one without the pool keywords
+gets them by gathering and scattering. The defaults are the PyTorch references: the
+chunked form for prefill, the per-token recurrence for decode.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from swarmfab.workloads import Forward, get_workload
+from swarmfab.workloads import Forward, get_workload, with_pools
 
 __all__ = ["KernelSlots", "reference_attention", "reference_mlp", "reference_rms_norm"]
 
@@ -70,6 +72,6 @@ class KernelSlots:
         labels = dict(self.labels)
         for slot, wanted in (("kda_prefill", prefill), ("kda_decode", decode)):
             if wanted:
-                changes[slot] = forward
+                changes[slot] = with_pools(forward)
                 labels[slot] = label
         return replace(self, labels=labels, **changes)

@@ -16,6 +16,7 @@ from swarmfab.workloads._base import (
     Tolerances,
     Workload,
 )
+from swarmfab.workloads._delta_pool import with_pools
 
 __all__ = [
     "AnyShape",
@@ -30,6 +31,7 @@ __all__ = [
     "Tolerances",
     "Workload",
     "get_workload",
+    "with_pools",
     "workload_names",
 ]
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
-import inspect
 import math
 import random
 from collections.abc import Callable
@@ -314,22 +313,12 @@ def _invoke(
     pool: dict[str, object] = {}
     if "state_indices" in inputs:
         pool = {"inplace_final_state": True, "state_indices": inputs["state_indices"]}
-        if not _takes_pools(forward):
-            forward = _delta_pool.pooled(forward)
+        forward = _delta_pool.with_pools(forward)
     return forward(
         inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"],
         scale=inputs["scale"], initial_state=inputs["initial_state"],
         output_final_state=final_state, **pool,
     )
-
-
-@functools.lru_cache(maxsize=64)
-def _takes_pools(forward: Forward) -> bool:
-    try:
-        parameters = inspect.signature(forward).parameters.values()
-    except (TypeError, ValueError):  # no signature to read: let the call say
-        return True
-    return any(p.name == "inplace_final_state" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _delta_shape(case: Case) -> Shape:

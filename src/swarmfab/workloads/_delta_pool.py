@@ -19,12 +19,14 @@ reads and writes the pool where it lies.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-__all__ = ["checked_indices", "draw_indices", "pooled", "state_dims", "state_pool"]
+__all__ = ["checked_indices", "draw_indices", "pooled", "state_dims", "state_pool", "with_pools"]
 
 Plain = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 
@@ -112,3 +114,18 @@ def pooled(plain: Plain) -> Callable[..., tuple[torch.Tensor, torch.Tensor | Non
         return o, pool
 
     return forward
+
+
+@functools.lru_cache(maxsize=64)
+def _takes_pools(forward: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(forward).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: let the call say
+        return True
+    return any(p.name == "inplace_final_state" or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def with_pools(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``forward`` itself where it takes the pool keywords, else :func:`pooled` around it
+    (fla's own signature, an exported package from before pools)."""
+    return forward if _takes_pools(forward) else pooled(forward)
