@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import torch
 
-from swarmfab.backends.c import CBackend, load_symbol
 from swarmfab.backends._base import Artifact
+from swarmfab.backends.c import CBackend, load_symbol
 from swarmfab.kernels import design_space
 from swarmfab.verify import compare_outputs, probes
 from swarmfab.workloads import Case, Forward, Shape, get_workload
