@@ -71,13 +71,13 @@ class GatedDeltaRule(Workload):
     compiling_baselines = frozenset({"torch-compile"})
     gate_per_channel: bool
     # the standard CPU goal: prefill at three sequence lengths, small heads, and decode
-    # of a batch of 64 with an initial state
+    # of a batch of 64 as an engine steps it (states updated in place in a pool)
     default_shapes = (
         Shape(B=1, T=4096, H=16, HV=16, K=128, V=128),
         Shape(B=2, T=1024, H=16, HV=16, K=128, V=128),
         Shape(B=1, T=8192, H=8, HV=8, K=128, V=128),
         Shape(B=4, T=2048, H=4, HV=4, K=64, V=64),
-        Shape(B=64, T=1, H=16, HV=16, K=128, V=128, initial_state=True),
+        Shape(B=64, T=1, H=16, HV=16, K=128, V=128, initial_state=True, pool=64),
     )
 
     # -- inputs and reference -------------------------------------------------------
@@ -208,8 +208,9 @@ class GatedDeltaRule(Workload):
                 raise KernelRefusedError(f"{symbol} returned {status} (arguments refused)")
             return o, ht
 
+        gathered = _delta_pool.pooled(plain)  # pools gathered and scattered around plain
         if indexed is None:
-            return _delta_pool.pooled(plain)
+            return gathered
         indexed.argtypes = _C_INDEXED_ARGTYPES
         indexed.restype = ctypes.c_int
 
@@ -219,9 +220,9 @@ class GatedDeltaRule(Workload):
             initial_state: torch.Tensor | None = None, output_final_state: bool = False,
             inplace_final_state: bool = False, state_indices: object = None,
         ) -> tuple[torch.Tensor, torch.Tensor | None]:
-            if not inplace_final_state:
-                return plain_forward(q, k, v, g, beta, scale, initial_state,
-                                     output_final_state, inplace_final_state, state_indices)
+            if not inplace_final_state:  # nothing to update in place
+                return gathered(q, k, v, g, beta, scale, initial_state, output_final_state,
+                                inplace_final_state, state_indices)
             q, k, v, g, beta = _prepared(device, initial_state, q, k, v, g, beta)
             batch = q.shape[0]
             pool = _delta_pool.state_pool(initial_state, _delta_pool.state_dims(q, v),
@@ -236,7 +237,6 @@ class GatedDeltaRule(Workload):
                                          "refused)")
             return o, pool
 
-        plain_forward = _delta_pool.pooled(plain)
         return in_place
 
     # -- baselines, corpus, cost ----------------------------------------------------
