@@ -60,6 +60,7 @@ def _recurrent_defines(setting: Setting, threads: int) -> list[str]:
           if grouped and setting["token_group"] != 1 else []),
         *(["#define RC_STREAM 1"] if setting["output_stores"] == "streaming" else []),
         *(["#define RC_PREFETCH 1"] if setting["input_prefetch"] == "ahead" else []),
+        *(["#define RC_STATE_AHEAD 1"] if setting["state_prefetch"] == "next" else []),
     ]
 
 
@@ -107,9 +108,9 @@ def delta_space(workload: str) -> DesignSpace:
     chunked form with fla's chunk of 64, OpenMP over (batch, head), mid-sized
     micro-kernels, -O3 -ffast-math for the host (the verifier judges the accuracy);
     agents search around them. The recurrence's own knobs default to its best-engineered
-    form (deferred decay, groups of 4 tokens per pair of sweeps, inputs prefetched), so
-    the single move to that template compares the two algorithms at their best, not at
-    their most naive.
+    form (deferred decay, groups of 4 tokens per pair of sweeps, inputs and the next
+    job's state prefetched), so the single move to that template compares the two
+    algorithms at their best, not at their most naive.
     """
     isa_values = tuple(name for name, _ in isa_targets())
     return DesignSpace(
@@ -159,6 +160,10 @@ def delta_space(workload: str) -> DesignSpace:
                  help="recurrence: ask for the next block's inputs and each tile's values "
                       "a few tokens ahead (rows of one head are too far apart for the "
                       "hardware prefetchers)"),
+            Knob("state_prefetch", "layout", ("none", "next"), "next",
+                 help="recurrence: while a job writes its final state, ask for the next "
+                      "job's initial state (decode streams states; a pooled slot is "
+                      "anywhere, beyond the hardware prefetchers' reach)"),
             Knob("optimisation", "compiler", tuple(_OPTIMISATION), "O3-fastmath", ordered=True,
                  help="optimisation level, fast-math, loop unrolling"),
         ),

@@ -33,6 +33,10 @@
  *   RC_STREAM    1: outputs written with non-temporal stores (whole lines, AVX-512)
  *   RC_PREFETCH  1: while a block runs, ask for the next block's inputs (q, k, g, beta)
  *                and for each tile's values RC_V_AHEAD tokens ahead (software prefetch)
+ *   RC_STATE_AHEAD 1: while a job writes its final state, ask for the initial state of
+ *                the job after it, a row of one per row of the other (decode moves little
+ *                but states: the memory keeps streaming while a job computes, and the
+ *                next job's loads find its state in L2; its slot is anywhere in a pool)
  *   RC_GROUP     0, or tokens per group (deferred decay, key-major): one sweep projects
  *                the state on the keys and queries of a whole group, a small triangular
  *                recurrence over the group gives each token's update and output, and a
@@ -75,6 +79,9 @@
 #endif
 #ifndef RC_PREFETCH
 #define RC_PREFETCH 0
+#endif
+#ifndef RC_STATE_AHEAD
+#define RC_STATE_AHEAD 0
 #endif
 #if RC_STREAM && defined(__AVX512F__)
 #include <immintrin.h>
@@ -523,9 +530,10 @@ run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t
 }
 #endif
 
-/* One (batch, value head) over the whole sequence, for tiles [tile0, tile1). */
+/* One (batch, value head) over the whole sequence, for tiles [tile0, tile1); next: the
+ * initial state of the job this thread likely runs next (RC_STATE_AHEAD), or NULL. */
 static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int64_t tile0,
-                    int64_t tile1)
+                    int64_t tile1, const float *next)
 {
     const int64_t K = a->K, V = a->V, T = a->T;
     const float *h0 = a->h0 ? a->h0 + (delta_slot(a, b) * a->HV + hv) * K * V : NULL;
@@ -557,13 +565,15 @@ static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
     if (!a->ht) return;
     float *ht = a->ht + (delta_slot(a, b) * a->HV + hv) * K * V;
     for (int64_t d = 0; d < K; d++) w->L[d] = RC_DEFERRED ? delta_exp(w->L[d]) : 1.0f;  /* c */
-    for (int64_t i = 0; i < K; i++)
+    for (int64_t i = 0; i < K; i++) {
+        if (RC_STATE_AHEAD && next) prefetch_lines(next + i * V, V);
         for (int64_t tile = tile0; tile < tile1; tile++) {
             const float *S = w->S + (tile - tile0) * K * RC_BV;
             const int64_t v0 = tile * RC_BV;
             const int bv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
             for (int j = 0; j < bv; j++) ht[i * V + v0 + j] = w->L[i] * RC_AT(S, i, j, K);
         }
+    }
 }
 
 static float *take(float **cursor, size_t count)
@@ -608,7 +618,11 @@ static int delta_run(const delta_args *a)
         for (int64_t job = 0; job < jobs; job++) {
             if (!base) continue;
             const int64_t head = job / (tiles / per_job), tile0 = job % (tiles / per_job) * per_job;
-            run_job(a, &w, head / HV, head % HV, tile0, tile0 + per_job);
+            /* a job owning whole heads: the next one's state is the next head's */
+            const float *next = NULL;
+            if (RC_STATE_AHEAD && per_job == tiles && a->h0 && job + 1 < jobs)
+                next = a->h0 + (delta_slot(a, (head + 1) / HV) * HV + (head + 1) % HV) * K * V;
+            run_job(a, &w, head / HV, head % HV, tile0, tile0 + per_job, next);
         }
         free(base);
     }
