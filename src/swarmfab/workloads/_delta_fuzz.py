@@ -1,12 +1,14 @@
 """Fuzzing draws for the gated delta rule family.
 
 Shapes stay small (the float64 reference is cheap) but cover what breaks kernels: odd
-lengths, T = 1, K != V, grouped value heads, an initial state, strong and weak decay,
-masked gates, extreme beta and large values.
+lengths, T = 1, K != V, grouped value heads, an initial state (a third of them in a pool
+updated in place, at shuffled slots), strong and weak decay, masked gates, extreme beta
+and large values.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from swarmfab.workloads._base import Case, Distribution, Shape
@@ -17,9 +19,9 @@ _DIMS = (8, 16, 24, 32, 48, 64)
 
 
 def _draw_shape(rng: random.Random) -> Shape:
-    heads = rng.choice((1, 2))
-    return Shape(
-        B=rng.choice((1, 1, 2)),
+    heads, batch = rng.choice((1, 2)), rng.choice((1, 1, 2))
+    shape = Shape(
+        B=batch,
         T=rng.choice((1, 2, rng.randint(3, 40), rng.randint(41, 200))),
         H=heads,
         HV=heads * rng.choice((1, 1, 2, 4)),
@@ -27,6 +29,9 @@ def _draw_shape(rng: random.Random) -> Shape:
         V=rng.choice(_DIMS),
         initial_state=rng.random() < 0.5,
     )
+    if shape.initial_state and rng.random() < 1 / 3:
+        return dataclasses.replace(shape, pool=batch + rng.randint(0, 3))
+    return shape
 
 
 def _draw_distribution(rng: random.Random) -> Distribution:
