@@ -5,7 +5,10 @@ exactly ``--output-len`` greedy output tokens each (EOS ignored), ``2 x concurre
 requests (at least 4), closed loop with ``concurrency`` in flight.
 
 - engine: swarmfab's engine in this process (continuous batching), timed as tokens
-  arrive through its async interface;
+  arrive through its async interface, with the PyTorch references in its KDA slots;
+- engine+factory-kda: the same with factory kernels in the KDA slots (the design
+  space's chunked default for prefill, its recurrent default for decode, or the
+  ``--kda-kernel`` file in both), each layer's states updated in place in its pool;
 - engine-http: ``swarmfab serve`` in a child process, loaded by ``swarmfab loadgen``'s
   client over HTTP with SSE streaming (the client shares the machine's cores);
 - hf-generate: ``KimiLinearForCausalLM.generate`` with static batches of
@@ -38,6 +41,7 @@ from swarmfab.engine.async_engine import AsyncEngine
 from swarmfab.engine.engine import EngineConfig, LLMEngine
 from swarmfab.engine.loadgen import LoadSpec, RequestRecord, random_prompts, run_load, summarise
 from swarmfab.engine.request import SamplingParams
+from swarmfab.engine.slots import KernelSlots
 from swarmfab.engine.tiny import make_tiny_checkpoint
 
 
@@ -72,9 +76,34 @@ async def _engine_load(engine: AsyncEngine, prompts: list[list[int]], output_len
     return list(records), time.perf_counter() - start
 
 
+def factory_slots(kernel: Path | None, cache: Path) -> KernelSlots:
+    """KDA slots filled with compiled kernels: ``kernel`` (a C or Python candidate file) in
+    both, else the design space's chunked default for prefill and recurrent for decode."""
+    from swarmfab.backends import get_backend
+    from swarmfab.kernels import design_space
+    from swarmfab.workloads import get_workload
+
+    workload, threads = get_workload("kda"), torch.get_num_threads()
+
+    def built(candidate: Any) -> Any:
+        backend = get_backend(candidate.backend)
+        return backend.load(backend.build(candidate, cache), workload, fill_outputs=False)
+
+    if kernel is not None:
+        from swarmfab._cli_candidate import candidate_from_file
+
+        return KernelSlots().with_kda(built(candidate_from_file("kda", kernel)), kernel.name)
+    space = design_space("kda")
+    prefill = built(space.instantiate({**space.default(), "algorithm": "chunked"}, threads=threads))
+    decode = built(space.instantiate({**space.default(), "algorithm": "recurrent"}, threads=threads))
+    return (KernelSlots().with_kda(prefill, "c:chunked", decode=False)
+            .with_kda(decode, "c:recurrent", prefill=False))
+
+
 def run_engine(model_dir: Path, prompts: list[list[int]], output_len: int,
-               concurrency: int) -> dict[str, Any]:
-    engine = AsyncEngine(LLMEngine.from_pretrained(model_dir, _engine_config(concurrency)))
+               concurrency: int, slots: KernelSlots | None = None) -> dict[str, Any]:
+    engine = AsyncEngine(LLMEngine.from_pretrained(model_dir, _engine_config(concurrency),
+                                                   slots))
     engine.start()
     try:
         asyncio.run(_engine_load(engine, prompts[:2], 4, concurrency))  # warm-up
@@ -178,6 +207,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-http", action="store_true", help="skip the engine-http runs")
+    parser.add_argument("--kda-kernel", type=Path,
+                        help="a KDA candidate file for both KDA slots of engine+factory-kda "
+                             "(default: the design space's chunked and recurrent defaults)")
+    parser.add_argument("--no-factory", action="store_true",
+                        help="skip the engine+factory-kda runs")
     parser.add_argument("--out", type=Path, default=Path("out/bench-engine.json"))
     args = parser.parse_args()
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -188,6 +222,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = args.model or make_tiny_checkpoint(Path(scratch) / "tiny-kimi-linear")
         hf_model = KimiLinearForCausalLM.from_pretrained(str(model_dir)).eval()
+        factory = None if args.no_factory else factory_slots(args.kda_kernel,
+                                                              Path(scratch) / "kernels")
         vocab = hf_model.config.vocab_size
         results: dict[str, Any] = {"torch_threads": torch.get_num_threads(),
                                    "input_len": args.input_len,
@@ -196,11 +232,14 @@ def main() -> None:
         for concurrency in args.concurrency:
             count = max(4, 2 * concurrency)
             prompts = random_prompts(count, args.input_len, vocab, args.seed)
-            systems: dict[str, list[dict[str, Any]]] = {"engine": [], "engine-http": [],
-                                                        "hf-generate": []}
+            systems: dict[str, list[dict[str, Any]]] = {
+                "engine": [], "engine+factory-kda": [], "engine-http": [], "hf-generate": []}
             for _ in range(args.repeats):
                 systems["engine"].append(run_engine(model_dir, prompts, args.output_len,
                                                     concurrency))
+                if factory is not None:
+                    systems["engine+factory-kda"].append(run_engine(
+                        model_dir, prompts, args.output_len, concurrency, factory))
                 if not args.no_http:
                     systems["engine-http"].append(run_engine_http(
                         model_dir, prompts, args.input_len, args.output_len, concurrency,
