@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from swarmfab.knowledge import Store
     from swarmfab.workloads import Shape
 
-__all__ = ["DEFAULT_DB", "STARTED", "DbOption", "JsonOption", "command_started", "console",
-           "errors", "evaluator_for", "friendly", "parse_shape", "require_device"]
+__all__ = ["DEFAULT_DB", "STARTED", "DbOption", "JsonOption", "LlmApiKeyEnvOption",
+           "LlmBaseUrlOption", "LlmModelOption", "LlmProviderOption", "command_started",
+           "console", "errors", "evaluator_for", "friendly", "parse_shape", "require_device"]
 
 # the store's default path (swarmfab.knowledge.DEFAULT_DB, which imports SQLAlchemy)
 DEFAULT_DB = str(Path(".swarmfab") / "swarmfab.db")
@@ -39,6 +40,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 DbOption = Annotated[str, typer.Option("--db", help="SQLite path or SQLAlchemy URL of the store.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+# where LLM agents get their model (run, suite): each overrides the goal's [llm] table
+LlmProviderOption = Annotated[str | None, typer.Option(
+    help="openai (any compatible server) or anthropic.")]
+LlmBaseUrlOption = Annotated[str | None, typer.Option(
+    help="Endpoint, e.g. http://127.0.0.1:8000/v1 for vLLM (default: the provider's).")]
+LlmModelOption = Annotated[str | None, typer.Option(help="Model name the endpoint serves.")]
+LlmApiKeyEnvOption = Annotated[str | None, typer.Option(
+    help="Environment variable holding the API key (default OPENAI_API_KEY or "
+         "ANTHROPIC_API_KEY).")]
 
 # A command that starts within this long of the import is the process's own command: its
 # start-up (interpreter, imports) counts. One started later in a process that imported

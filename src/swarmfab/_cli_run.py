@@ -12,6 +12,10 @@ import typer
 from swarmfab._cli_common import (
     DEFAULT_DB,
     DbOption,
+    LlmApiKeyEnvOption,
+    LlmBaseUrlOption,
+    LlmModelOption,
+    LlmProviderOption,
     command_started,
     console,
     errors,
@@ -142,15 +146,10 @@ def run(
     agents: Annotated[str | None, typer.Option(
         help="Comma-separated agent kinds: builtin, llm (default: the goal's, else builtin).")
     ] = None,
-    llm_provider: Annotated[str | None, typer.Option(help="openai (any compatible server) "
-                                                     "or anthropic.")] = None,
-    llm_base_url: Annotated[str | None, typer.Option(
-        help="Endpoint, e.g. http://127.0.0.1:8000/v1 for vLLM (default: the provider's).")
-    ] = None,
-    llm_model: Annotated[str | None, typer.Option(help="Model name the endpoint serves.")] = None,
-    llm_api_key_env: Annotated[str | None, typer.Option(
-        help="Environment variable holding the API key (default OPENAI_API_KEY or "
-             "ANTHROPIC_API_KEY).")] = None,
+    llm_provider: LlmProviderOption = None,
+    llm_base_url: LlmBaseUrlOption = None,
+    llm_model: LlmModelOption = None,
+    llm_api_key_env: LlmApiKeyEnvOption = None,
     llm_budget_usd: Annotated[float | None, typer.Option(
         help="Spend after which the LLM agents stop (the run goes on).")] = None,
     no_lessons: NoLessonsOption = False,

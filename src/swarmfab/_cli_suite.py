@@ -16,7 +16,18 @@ from typing import Annotated, Any
 
 import typer
 
-from swarmfab._cli_common import DEFAULT_DB, DbOption, JsonOption, console, errors, friendly
+from swarmfab._cli_common import (
+    DEFAULT_DB,
+    DbOption,
+    JsonOption,
+    LlmApiKeyEnvOption,
+    LlmBaseUrlOption,
+    LlmModelOption,
+    LlmProviderOption,
+    console,
+    errors,
+    friendly,
+)
 from swarmfab._cli_run import SizesOption, WorkdirOption, execute_goal, sized_for_host
 from swarmfab.errors import GoalError, SwarmfabError
 
@@ -38,11 +49,10 @@ def suite(
         help="Stop each run after N evaluations.")] = None,
     agents: Annotated[str | None, typer.Option(
         help="Comma-separated agent kinds: builtin, llm (default builtin).")] = None,
-    llm_provider: Annotated[str | None, typer.Option(help="openai or anthropic.")] = None,
-    llm_base_url: Annotated[str | None, typer.Option(help="The LLM endpoint.")] = None,
-    llm_model: Annotated[str | None, typer.Option(help="Model name the endpoint serves.")] = None,
-    llm_api_key_env: Annotated[str | None, typer.Option(
-        help="Environment variable holding the API key.")] = None,
+    llm_provider: LlmProviderOption = None,
+    llm_base_url: LlmBaseUrlOption = None,
+    llm_model: LlmModelOption = None,
+    llm_api_key_env: LlmApiKeyEnvOption = None,
     sizes: SizesOption = "auto",
     goal_file: Annotated[Path | None, typer.Option(
         "--goal", help="A goal TOML whose settings (agents, [llm], tolerance, threads...) "
