@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast lint typecheck bench bench-swarm bench-transfer bench-engine bench-policy gpu-compile-check clean
+.PHONY: demo test test-fast lint typecheck bench bench-swarm bench-transfer bench-engine bench-policy bench-peers gpu-compile-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,14 @@ bench-transfer: $(STAMP)
 # the inference engine vs transformers' generate on the tiny Kimi Linear, concurrency 1/8/32
 bench-engine: $(DEV_STAMP)
 	$(BIN)/python scripts/bench_engine.py
+
+# ggml's fused gated delta rule (as llama.cpp runs it) beside swarmfab's kernel and the PyTorch
+# baselines on the standard KDA shapes; ggml is built for this host first (about 2 min on 2
+# cores, once). BENCH_PEERS_ARGS: e.g. "--quick --shapes 1,5 --threads 2 --json"
+bench-peers: $(STAMP)
+	$(BIN)/python -c "import libggml" 2>/dev/null || $(BIN)/pip install --quiet -e ".[peers]"
+	PYTHON=$(BIN)/python scripts/build_ggml.sh || echo "ggml not built: the prebuilt (AVX2) libggml-python is used"
+	$(BIN)/python scripts/bench_peers.py $(BENCH_PEERS_ARGS)
 
 # every CUDA template setting (nvcc, sm_90a) and Triton kernel (GPUTarget cuda 90) compiled
 # without a device; needs nvcc and Triton (the gpu extra): exit 2 says which is missing

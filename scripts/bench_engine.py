@@ -94,8 +94,9 @@ def factory_slots(kernel: Path | None, cache: Path) -> KernelSlots:
 
         return KernelSlots().with_kda(built(candidate_from_file("kda", kernel)), kernel.name)
     space = design_space("kda")
-    prefill = built(space.instantiate({**space.default(), "algorithm": "chunked"}, threads=threads))
-    decode = built(space.instantiate({**space.default(), "algorithm": "recurrent"}, threads=threads))
+    prefill, decode = (built(space.instantiate({**space.default(), "algorithm": algorithm},
+                                               threads=threads))
+                       for algorithm in ("chunked", "recurrent"))
     return (KernelSlots().with_kda(prefill, "c:chunked", decode=False)
             .with_kda(decode, "c:recurrent", prefill=False))
 

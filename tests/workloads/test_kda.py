@@ -32,7 +32,8 @@ def test_recurrent_reference_agrees_with_independent_chunked_form(
         assert _rms_ratio(chunked[name], recurrent[name]) < 1e-12, name
 
 
-@pytest.mark.parametrize("baseline", sorted(KDA().baselines()))
+# ggml (where its libraries are) takes K == V only: tests/workloads/test_ggml.py
+@pytest.mark.parametrize("baseline", sorted(set(KDA().baselines()) - {"ggml"}))
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_float32_baselines_pass_verification(kda: KDA, case: Case, baseline: str) -> None:
     inputs = kda.make_inputs(case)

@@ -29,6 +29,7 @@ import functools
 import math
 import random
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,9 @@ from swarmfab.workloads._base import (
 )
 from swarmfab.workloads._delta_fuzz import draw_delta_cases
 
+if TYPE_CHECKING:
+    from swarmfab.workloads import _ggml
+
 __all__ = ["GatedDeltaRule"]
 
 _PROBE_TOKENS = 128  # tokens of the shape a setup estimate times
@@ -67,7 +71,9 @@ class GatedDeltaRule(Workload):
     family = "delta-rule"
     output_names = ("o", "final_state")
     c_optional_symbols = ("indexed",)  # the pooled entry point (see the module's doc)
-    opt_in_baselines = frozenset({"torch-compile"})  # compiles for ~10 s per shape and job
+    # torch-compile compiles for ~10 s per shape and job; ggml is there only where its
+    # libraries are (the peers extra, or scripts/build_ggml.sh)
+    opt_in_baselines = frozenset({"torch-compile", "ggml"})
     compiling_baselines = frozenset({"torch-compile"})
     gate_per_channel: bool
     # the standard CPU goal: prefill at three sequence lengths, small heads, and decode
@@ -246,8 +252,9 @@ class GatedDeltaRule(Workload):
             "torch-chunked": functools.partial(_baseline, self, _delta_math.chunked),
             "torch-compile": functools.partial(_baseline, self, _compiled_recurrent),
             **self.fla_baselines(),
+            **_ggml_baselines(),
         }
-        return {name: _delta_pool.pooled(forward) for name, forward in plain.items()}
+        return {name: _delta_pool.with_pools(forward) for name, forward in plain.items()}
 
     def fla_baselines(self) -> dict[str, Forward]:
         """fla's GPU kernels, where fla imports and a CUDA device is present (none here)."""
@@ -301,6 +308,25 @@ class GatedDeltaRule(Workload):
         token_bytes = 4 * s.B * s.T * (2 * s.H * s.K + s.HV * (2 * s.V + gate + 1))
         state_bytes = 4 * s.B * s.HV * s.K * s.V * (2 if s.initial_state else 1)
         return float(token_bytes + state_bytes)
+
+
+def _ggml_baselines() -> dict[str, Forward]:
+    """ggml's fused operator where its libraries load (none by default)."""
+    from swarmfab.workloads import _ggml
+
+    return {} if _ggml.available() is not None else {"ggml": _ggml_forward}
+
+
+def _ggml_forward(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return _ggml_op().forward(*args, **kwargs)
+
+
+@functools.cache
+def _ggml_op() -> _ggml.GatedDeltaNet:
+    """One per process: it owns a thread pool and its graphs, one per shape."""
+    from swarmfab.workloads import _ggml
+
+    return _ggml.GatedDeltaNet(threads=torch.get_num_threads())
 
 
 def _invoke(
