@@ -124,6 +124,15 @@ class GatedDeltaRule(Workload):
             inputs["state_indices"] = _delta_pool.draw_indices(s.B, s.pool, gen)
         return inputs
 
+    def reference(self, inputs: Inputs) -> Outputs:
+        """The recurrence in float64: compiled (``_delta_reference``) where a C compiler
+        works, else in PyTorch (:meth:`reference_torch`); tests hold the two equal."""
+        q, k, v, g, beta, h0 = self._float64(inputs)
+        computed = _delta_reference.recurrent_f64(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
+        if computed is None:
+            return self.reference_torch(inputs)
+        return self._pooled_outputs(inputs, *computed)
+
     def reference_torch(self, inputs: Inputs) -> Outputs:
         """The per-token recurrence in float64 PyTorch (the reference's definition)."""
         q, k, v, g, beta, h0 = self._float64(inputs)
@@ -135,15 +144,6 @@ class GatedDeltaRule(Workload):
         q, k, v, g, beta, h0 = self._float64(inputs)
         o, state = _delta_math.chunked(q, k, v, g, beta, float(inputs["scale"]), h0, chunk)  # type: ignore[arg-type]
         return self._pooled_outputs(inputs, o, state)
-
-    def reference(self, inputs: Inputs) -> Outputs:
-        """The recurrence in float64: compiled (``_delta_reference``) where a C compiler
-        works, else in PyTorch (:meth:`reference_torch`); tests hold the two equal."""
-        q, k, v, g, beta, h0 = self._float64(inputs)
-        computed = _delta_reference.recurrent_f64(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
-        if computed is None:
-            return self.reference_torch(inputs)
-        return self._pooled_outputs(inputs, *computed)
 
     def _float64(self, inputs: Inputs) -> list[torch.Tensor | None]:
         """q, k, v, g (per channel), beta and each sequence's initial state, in float64."""
@@ -230,11 +230,7 @@ class GatedDeltaRule(Workload):
                 return gathered(q, k, v, g, beta, scale, initial_state, output_final_state,
                                 inplace_final_state, state_indices)
             q, k, v, g, beta = _prepared(device, initial_state, q, k, v, g, beta)
-            batch = q.shape[0]
-            pool = _delta_pool.state_pool(initial_state, _delta_pool.state_dims(q, v),
-                                          batch if state_indices is None else 0)
-            slots = None if state_indices is None else _delta_pool.checked_indices(
-                state_indices, batch, pool.shape[0], pool.device)
+            pool, slots = _delta_pool.pool_and_slots(q, v, initial_state, state_indices)
             o = _output(v.shape, fill_outputs, device)
             status = indexed(*_pointers(q, k, v, g, beta, pool, o, pool), _pointer(slots),
                              pool.shape[0], *_scalars(q, v, scale))
@@ -314,7 +310,7 @@ def _ggml_baselines() -> dict[str, Forward]:
     """ggml's fused operator where its libraries load (none by default)."""
     from swarmfab.workloads import _ggml
 
-    return {} if _ggml.available() is not None else {"ggml": _ggml_forward}
+    return {} if _ggml.available() is not None else {"ggml": _delta_pool.pooled(_ggml_forward)}
 
 
 def _ggml_forward(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["checked_indices", "draw_indices", "pooled", "state_dims", "state_pool", "with_pools"]
+__all__ = ["checked_indices", "draw_indices", "pool_and_slots", "pooled", "state_dims",
+           "state_pool", "with_pools"]
 
 Plain = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 
@@ -81,6 +82,17 @@ def state_dims(q: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int]:
     return v.shape[2], q.shape[3], v.shape[3]
 
 
+def pool_and_slots(q: torch.Tensor, v: torch.Tensor, initial_state: torch.Tensor | None,
+                   state_indices: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The pool an in-place call with these q and v writes into, and its sequences' slots
+    (None: sequence b in slot b); ValueError when either cannot be used."""
+    batch = q.shape[0]
+    pool = state_pool(initial_state, state_dims(q, v), batch if state_indices is None else 0)
+    if state_indices is None:
+        return pool, None
+    return pool, checked_indices(state_indices, batch, pool.shape[0], pool.device)
+
+
 def pooled(plain: Plain) -> Callable[..., tuple[torch.Tensor, torch.Tensor | None]]:
     """``plain(q, k, v, g, beta, scale, initial_state, output_final_state)`` given the
     pool keywords: the pooled states are gathered, passed, and written back."""
@@ -97,16 +109,14 @@ def pooled(plain: Plain) -> Callable[..., tuple[torch.Tensor, torch.Tensor | Non
                                  "inplace_final_state=True")
             return plain(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                          output_final_state=output_final_state)
-        batch = q.shape[0]
-        pool = state_pool(initial_state, state_dims(q, v),
-                          batch if state_indices is None else 0)
-        if state_indices is None:
+        pool, slots = pool_and_slots(q, v, initial_state, state_indices)
+        if slots is None:
+            batch = q.shape[0]
             o, state = plain(q, k, v, g, beta, scale=scale, initial_state=pool[:batch],
                              output_final_state=True)
             assert state is not None
             pool[:batch].copy_(state)
             return o, pool
-        slots = checked_indices(state_indices, batch, pool.shape[0], pool.device)
         o, state = plain(q, k, v, g, beta, scale=scale, initial_state=pool[slots],
                          output_final_state=True)
         assert state is not None

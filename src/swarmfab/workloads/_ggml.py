@@ -16,10 +16,10 @@ K == V, always scales o by 1/sqrt(K) (another scale prescales q) and gives value
 the q/k head ``h % H`` where fla uses ``h // (HV/H)`` (q and k are repeated per value
 head when H < HV). Its result is one tensor: o, then the final states.
 
-Two ways to call it: :meth:`GatedDeltaNet.forward`, fla's signature with pools
-(``swarmfab.workloads._delta_pool``), and :class:`NativeStep`, the op as llama.cpp runs
-it: the state pool in ggml's layout, gathered (``ggml_get_rows``) and written back
-(``ggml_set_rows``) within the one graph a step computes.
+Two ways to call it: :meth:`GatedDeltaNet.forward`, fla's signature (pools gathered and
+scattered around it by ``swarmfab.workloads._delta_pool``), and :class:`NativeStep`, the
+op as llama.cpp runs it: the state pool in ggml's layout, gathered (``ggml_get_rows``)
+and written back (``ggml_set_rows``) within the one graph a step computes.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from swarmfab.workloads._delta_pool import checked_indices, state_pool
+from swarmfab.workloads._delta_pool import checked_indices
 
 __all__ = ["ENV_VAR", "GatedDeltaNet", "GgmlUnavailable", "NativeStep", "available",
            "check_version", "describe"]
@@ -193,8 +193,10 @@ def _layout_ok(fn: Any) -> bool:
         fn.free(ctx)
 
 
+@functools.cache
 def available() -> str | None:
-    """None when ggml can be used here, else why not."""
+    """None when ggml can be used here, else why not (looked up once per process: every
+    workload's list of baselines asks)."""
     try:
         _load()
     except GgmlUnavailable as exc:
@@ -349,10 +351,9 @@ class GatedDeltaNet:
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
         beta: torch.Tensor, scale: float | None = None,
         initial_state: torch.Tensor | None = None, output_final_state: bool = False,
-        inplace_final_state: bool = False, state_indices: Any = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """fla's forward with the pool keywords of ``swarmfab.workloads._delta_pool``."""
-        _check(q, k, v, g, beta, None if inplace_final_state else initial_state)
+        """fla's forward (``_delta_pool.pooled`` gives it the pool keywords)."""
+        _check(q, k, v, g, beta, initial_state)
         batch, steps, heads, dim = q.shape
         value_heads = v.shape[2]
         q, k, v, g, beta = (x.contiguous().float() for x in (q, k, v, g, beta))
@@ -362,15 +363,6 @@ class GatedDeltaNet:
         if heads != value_heads:  # fla: value head h reads h // (HV/H); ggml: h % H
             q, k = (x.repeat_interleave(value_heads // heads, dim=2) for x in (q, k))
         gate = dim if g.dim() == 4 else 1
-        if inplace_final_state:
-            pool = state_pool(initial_state, (value_heads, dim, dim),
-                              batch if state_indices is None else 0)
-            slots = (torch.arange(batch) if state_indices is None
-                     else checked_indices(state_indices, batch, pool.shape[0], pool.device))
-            initial_state = pool[slots]
-        elif state_indices is not None:
-            raise ValueError("state_indices index a pool updated in place: pass "
-                             "inplace_final_state=True")
         h0 = (torch.zeros(batch, value_heads, dim, dim) if initial_state is None
               else initial_state.float().transpose(-1, -2).contiguous())  # ggml: [B,HV,V,K]
         graph, inputs, out = self._graph((batch, steps, value_heads, dim, gate))
@@ -385,9 +377,6 @@ class GatedDeltaNet:
             result.copy_(graph.view(out, torch.float32, result.numel()))
         o = result[:o_size].view(batch, steps, value_heads, dim)
         final = result[o_size:].view(batch, value_heads, dim, dim).transpose(-1, -2)
-        if inplace_final_state:
-            pool.index_copy_(0, slots, final)
-            return o, pool
         return o, final.contiguous() if output_final_state else None
 
     def native(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
