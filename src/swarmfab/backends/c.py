@@ -119,7 +119,7 @@ class CBackend(Backend):
         optional = {suffix: getattr(library, f"{workload.c_symbol}_{suffix}")
                     for suffix in workload.c_optional_symbols
                     if hasattr(library, f"{workload.c_symbol}_{suffix}")}
-        return workload.wrap_c(load_symbol(artifact, workload), fill_outputs=fill_outputs,
+        return workload.wrap_c(_entry_point(library, workload), fill_outputs=fill_outputs,
                                **optional)
 
 
@@ -132,8 +132,12 @@ def _library(artifact: Artifact) -> ctypes.CDLL:
 
 def load_symbol(artifact: Artifact, workload: Workload) -> Any:
     """The workload's entry point in a built shared library (C or CUDA)."""
+    return _entry_point(_library(artifact), workload)
+
+
+def _entry_point(library: ctypes.CDLL, workload: Workload) -> Any:
     try:
-        return getattr(_library(artifact), workload.c_symbol)
+        return getattr(library, workload.c_symbol)
     except AttributeError:
         raise CandidateError(f"the kernel does not export {workload.c_symbol}") from None
 
