@@ -89,6 +89,7 @@ def show(
         "interventions": [detail for _, detail in store.events(record.id, "intervention")],
         "events": [{"kind": kind, "detail": detail} for kind, detail in store.events(record.id)],
         "llm": summarise_events(store.events(record.id)),
+        **_generation(store, record.id),
     }
     if as_json:
         print(json.dumps(data, indent=2, default=str))
@@ -99,11 +100,31 @@ def show(
              ("champion", _champion_line(record.champion_id, knobs,
                                          bool(data["champion_figures"]))),
              *[("", line) for line in figure_lines(data["champion_figures"])]]
+    if record.champion_id or data["generation"]["predecessor"]:
+        lines += [("generation", data["generation"]["describe"])]
+    if len(data["generations"]) > 1:
+        lines += [("generations", " -> ".join(
+            f"{run} (this run)" if run == record.id else run for run in data["generations"]))]
     lines += [(key, data[key]) for key in ("verdicts", "by_status", "by_agent",
                                            "by_reject_reason", "interventions", "llm")
               if data[key] is not None]
     for key, value in lines:
         console.print(f"{key:>17}{':' if key else ' '} {value}", highlight=False, markup=False)
+
+
+def _generation(store: Any, run_id: str) -> dict[str, Any]:
+    """Where the run's champion stands after refreshes, and its line across generations."""
+    import dataclasses
+
+    from swarmfab.knowledge.generations import Generations
+
+    generations = Generations(store)
+    generation = generations.of(run_id)
+    described = generation.describe()
+    if generation.predecessor:
+        described += f"; succeeded the stale champion of run {generation.predecessor}"
+    return {"generation": {**dataclasses.asdict(generation), "describe": described},
+            "generations": generations.lineage(run_id)}
 
 
 def describe_goal(goal: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ import typer
 from swarmfab import lessons_cli
 from swarmfab._cli_bench import bench, bench_policy, verify
 from swarmfab._cli_common import DEFAULT_DB, STARTED, DbOption, console, friendly
+from swarmfab._cli_refresh import refresh
 from swarmfab._cli_run import resume, run
 from swarmfab._cli_serve import _kda_slots, dashboard, loadgen, serve
 from swarmfab._cli_show import report, show
@@ -25,7 +26,7 @@ from swarmfab.corpus_cli import corpus_app
 
 __all__ = [  # the app, and what tests and scripts import from here
     "STARTED", "_kda_slots", "app", "bench", "bench_policy", "dashboard", "export", "loadgen",
-    "report", "resume", "run", "runs", "serve", "show", "verify",
+    "refresh", "report", "resume", "run", "runs", "serve", "show", "verify",
 ]
 
 app = typer.Typer(
@@ -54,12 +55,18 @@ def export(
 
 @friendly
 def runs(db: DbOption = DEFAULT_DB) -> None:
-    """List the runs in the store."""
+    """List the runs in the store; a champion found stale by `refresh` is marked."""
     from swarmfab.knowledge import Store
+    from swarmfab.knowledge.generations import Generations
 
-    for record in Store(db).runs():
+    store = Store(db)
+    generations = Generations(store)
+    for record in store.runs():
+        generation = generations.of(record.id)
+        mark = "" if generation.state == "unchecked" else f" {generation.state}"
+        mark += f" -> {generation.successor}" if generation.successor else ""
         console.print(f"{record.id}  {record.workload:<8} {record.status:<12} "
-                      f"champion={record.champion_id}", highlight=False)
+                      f"champion={record.champion_id}{mark}", highlight=False)
 
 
 app.command("lessons")(lessons_cli.lessons)
@@ -71,6 +78,7 @@ app.command()(export)
 app.command()(report)
 app.command()(show)
 app.command()(runs)
+app.command()(refresh)
 app.command()(dashboard)
 app.command()(serve)
 app.command()(loadgen)

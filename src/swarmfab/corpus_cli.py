@@ -32,19 +32,35 @@ def list_cases(
     db: DbOption = DEFAULT_DB,
     as_json: JsonOption = False,
 ) -> None:
-    """Every case of the corpus: built-in ones, then stored ones (added or found)."""
+    """Every case of the corpus: built-in ones, then stored ones (added or found), with
+    the run that found each and how many later candidates it rejected."""
+    from swarmfab.knowledge import Store
+
+    store = Store(db)
     cases = _all_cases(workload, db)
+    found = {name: run for name, _, _, run in store.case_history(workload)}
+    rejected = store.case_rejections(workload)
     if as_json:
-        print(json.dumps([case.to_dict() for case in cases], indent=2))
+        print(json.dumps([{**case.to_dict(), "found_by_run": found.get(case.name),
+                           "rejected_later": rejected.get(case.name, 0)} for case in cases],
+                         indent=2))
         return
+    by_run: dict[str, int] = {}
+    for run in found.values():
+        if run is not None:
+            by_run[run] = by_run.get(run, 0) + 1
     table = Table(title=f"{workload} corpus: {len(cases)} cases", title_justify="left")
-    for column in ("name", "shape", "distribution", "seed", "origin"):
-        table.add_column(column)
+    for column in ("name", "shape", "distribution", "seed", "origin", "found by run",
+                   "rejected later"):
+        table.add_column(column, justify="right" if column == "rejected later" else "left")
     for case in cases:
         d = case.distribution
         dist = f"g/{d.gate_divisor:g} zero {d.gate_zero_prob:g} beta {d.beta} x{d.magnitude:g}"
-        table.add_row(case.name, case.shape.label, dist, str(case.seed), case.origin)
+        table.add_row(case.name, case.shape.label, dist, str(case.seed), case.origin,
+                      found.get(case.name) or "-", str(rejected.get(case.name, 0)))
     console.print(table)
+    for run, count in by_run.items():
+        console.print(f"run {run} added {count} counterexample case(s)", highlight=False)
 
 
 @corpus_app.command("show")

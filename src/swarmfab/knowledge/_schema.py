@@ -22,11 +22,12 @@ __all__ = [
     "LessonRow",
     "MeasurementRow",
     "MetaRow",
+    "RefreshRow",
     "RunRow",
     "VerdictRow",
 ]
 
-SCHEMA_VERSION = 3  # kept in swarmfab_meta by the migrations
+SCHEMA_VERSION = 4  # kept in swarmfab_meta by the migrations
 
 
 def _now() -> datetime:
@@ -155,3 +156,26 @@ class LessonRow(Base):
     failures: Mapped[int] = mapped_column(Integer)
     evidence: Mapped[list] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=_now)
+
+
+class RefreshRow(Base):
+    """One check of a run's champion on a later host or software (``swarmfab refresh``).
+
+    ``state`` is ``current`` or ``stale``; ``reasons`` say why it is stale (a changed ISA,
+    compiler or torch; a failed re-verification; slower than recorded); ``figures`` hold
+    the speedups recorded and measured now, per shape. A stale champion's short new run
+    is ``successor_run_id``: the lineage across generations follows these links.
+    """
+
+    __tablename__ = "refreshes"
+    __table_args__ = (Index("ix_refreshes_run", "run_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    candidate_id: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    verifies: Mapped[bool | None] = mapped_column(default=None)
+    reasons: Mapped[list] = mapped_column(JSON)
+    host: Mapped[dict] = mapped_column(JSON)
+    figures: Mapped[list] = mapped_column(JSON)
+    successor_run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"), default=None)
+    checked_at: Mapped[datetime] = mapped_column(default=_now)

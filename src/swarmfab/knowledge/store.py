@@ -39,6 +39,7 @@ from swarmfab.knowledge._schema import (
     LessonRow,
     MeasurementRow,
     MetaRow,
+    RefreshRow,
     RunRow,
     VerdictRow,
 )
@@ -436,6 +437,54 @@ class Store:
             return [Case.from_dict(row.body) for row in rows]
         except (KeyError, TypeError) as exc:
             raise StoreError(f"a stored case of {workload} is malformed: {exc}") from exc
+
+
+    def case_rejections(self, workload: str) -> dict[str, int]:
+        """Per case name: how many candidates verified after the case entered the corpus
+        failed first on it (a stored case's worth; built-in cases count from the start)."""
+        with self.session() as s:
+            added = {name: at for name, at in s.execute(select(
+                CaseRow.name, CaseRow.created_at).where(CaseRow.workload == workload))}
+            bodies = s.execute(select(VerdictRow.body, VerdictRow.created_at).join(
+                RunRow, RunRow.id == VerdictRow.run_id).where(
+                RunRow.workload == workload, VerdictRow.status != Status.ACCEPTED.value))
+            counts: dict[str, int] = {}
+            for body, when in bodies:
+                failed = next((c for c in body.get("checks", []) if not c.get("passed")), None)
+                name = failed and failed.get("case")
+                if name and (name not in added or when > added[name]):
+                    counts[name] = counts.get(name, 0) + 1
+            return counts
+
+    # -- champions across generations ----------------------------------------------
+    def record_refresh(self, run_id: str, candidate_id: str, state: str, reasons: list[str],
+                       host: dict[str, Any], figures: list[dict[str, Any]],
+                       verifies: bool | None) -> int:
+        """Record one check of a run's champion here (see :class:`RefreshRow`); its id."""
+
+        def work(s: Session) -> int:
+            row = RefreshRow(run_id=run_id, candidate_id=candidate_id, state=state,
+                             reasons=reasons, host=host, figures=figures, verifies=verifies)
+            s.add(row)
+            s.flush()
+            return row.id
+
+        return self._write(work)
+
+    def set_successor(self, refresh_id: int, successor_run_id: str) -> None:
+        with self.session() as s:
+            row = s.get(RefreshRow, refresh_id)
+            if row is None:
+                raise StoreError(f"no refresh {refresh_id}")
+            row.successor_run_id = successor_run_id
+
+    def refreshes(self, run_id: str | None = None) -> list[RefreshRow]:
+        """Checks of one run's champion (or of all), oldest first."""
+        with self.session() as s:
+            query = select(RefreshRow).order_by(RefreshRow.id)
+            if run_id is not None:
+                query = query.where(RefreshRow.run_id == run_id)
+            return list(s.scalars(query))
 
 
 def _candidate_of(stored: dict[str, Any]) -> Candidate:

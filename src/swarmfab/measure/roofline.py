@@ -27,6 +27,7 @@ import torch
 __all__ = [
     "IMPOSSIBLE_FRACTION",
     "HostPeaks",
+    "cpu_model",
     "device_fingerprint",
     "host_fingerprint",
     "measure_device_peaks",
@@ -53,11 +54,8 @@ class HostPeaks:
         return flops / self.flops_per_s
 
 
-def host_fingerprint(threads: int) -> str:
-    """CPU model, ISA, how peaks are measured and thread count: peaks are only reused on a
-    matching host."""
-    from swarmfab.backends import host_isa
-
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -65,6 +63,15 @@ def host_fingerprint(threads: int) -> str:
                           if line.startswith("model name")), model)
     except OSError:
         pass
+    return model
+
+
+def host_fingerprint(threads: int) -> str:
+    """CPU model, ISA, how peaks are measured and thread count: peaks are only reused on a
+    matching host."""
+    from swarmfab.backends import host_isa
+
+    model = cpu_model()
     # "peaks v2": the FMA loop counts too, so peaks stored from GEMM alone are not reused
     # (readers match on the "| ISA | N threads" tail, so it goes after the model)
     return f"{model} | peaks v2 | {host_isa()} | {threads} threads"

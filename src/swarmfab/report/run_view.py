@@ -19,6 +19,7 @@ from typing import Any
 
 from swarmfab.errors import SwarmfabError
 from swarmfab.knowledge import Store
+from swarmfab.knowledge.generations import Generation, Generations
 from swarmfab.measure.roofline import HostPeaks
 from swarmfab.records import Candidate, Estimate, ShapeTiming, Status
 
@@ -83,6 +84,7 @@ class CaseAdded:
     origin: str
     minutes: float  # relative to this run's start (negative: before it)
     this_run: bool
+    rejected: int = 0  # candidates (of any run) that failed first on it after it was added
 
 
 @dataclass(slots=True)
@@ -104,6 +106,8 @@ class RunView:
     peaks: HostPeaks | None
     shape_costs: dict[str, ShapeCost]
     lessons: list[str] = field(default_factory=list)
+    generation: Generation | None = None  # where its champion stands after refreshes
+    generations: list[str] = field(default_factory=list)  # its champion's line of runs
 
     @property
     def counts(self) -> dict[str, int]:
@@ -132,19 +136,24 @@ def load_run_view(store: Store, run_id: str | None) -> RunView:
     events = [(kind, detail, _minutes(at, started)) for kind, detail, at in
               store.timed_events(run.id)]
     evaluations = _evaluations(store, run.id, started, events)
+    rejections = store.case_rejections(run.workload)
     view = RunView(
         run_id=run.id, workload=run.workload, status=run.status, started_at=started,
         finished_at=_aware(run.finished_at) if run.finished_at else None, goal=run.goal,
         host=run.host, champion_id=run.champion_id, summary=run.summary or {},
         evaluations=evaluations, lineage=[], events=events,
         builtin_cases=_builtin_case_count(run.workload),
-        cases=[CaseAdded(name, origin, _minutes(at, started), found_by == run.id)
+        cases=[CaseAdded(name, origin, _minutes(at, started), found_by == run.id,
+                         rejections.get(name, 0))
                for name, origin, at, found_by in store.case_history(run.workload)],
         peaks=_peaks(store, run.host), shape_costs=_shape_costs(run.goal),
         lessons=recorded_lessons(store, run.id, run.workload),
     )
     if run.champion_id is not None:
         view.lineage = champion_lineage(store, store.candidate(run.champion_id), evaluations)
+    generations = Generations(store)
+    view.generation = generations.of(run.id)
+    view.generations = generations.lineage(run.id)
     return view
 
 

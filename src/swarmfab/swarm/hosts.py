@@ -8,21 +8,27 @@ figures when there are some.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import platform
 import tempfile
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
+from swarmfab.backends import get_backend
 from swarmfab.errors import MeasurementError
 from swarmfab.knowledge import Store
 from swarmfab.measure.roofline import (
     HostPeaks,
     build_fma_library,
+    cpu_model,
     host_fingerprint,
     measure_peaks,
 )
 from swarmfab.sandbox import JobStatus, Limits, run_job
 
-__all__ = ["host_peaks"]
+__all__ = ["host_peaks", "host_record"]
 
 
 def host_peaks(
@@ -52,3 +58,19 @@ def host_peaks(
         )
     store.save_host_peaks(measured)
     return measured
+
+
+def host_record(threads: int, backend: str) -> dict[str, Any]:
+    """What a run records about where it ran: the machine, its CPU, the thread count, the
+    backend's compiler and ISA, and the Python, torch and swarmfab versions. ``swarmfab
+    refresh`` compares a champion's record with this host's to tell whether it still
+    applies."""
+    import torch
+
+    record = {"machine": platform.machine(), "node": platform.node(), "cpu": cpu_model(),
+              "threads": threads, "python": platform.python_version(),
+              "torch": torch.__version__, **get_backend(backend).describe()}
+    for name, distribution in (("swarmfab", "swarmfab"), ("fla", "fla-core")):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            record[name] = metadata.version(distribution)
+    return record

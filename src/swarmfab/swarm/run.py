@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from swarmfab.agents import Agent, Context
-from swarmfab.backends import get_backend
 from swarmfab.errors import StoreError, SwarmfabError
 from swarmfab.evaluation import Cancelled, Evaluator, Implementation, SideBySide
 from swarmfab.goal import Goal
@@ -39,6 +38,7 @@ from swarmfab.swarm.budget import Budget
 from swarmfab.swarm.closing import closing_reserve, plan_closing, summarise
 from swarmfab.swarm.executors import Evaluation, Executor, ExecutorFactory, LocalExecutor
 from swarmfab.swarm.gate import GateDecision, judge
+from swarmfab.swarm.hosts import host_record
 from swarmfab.swarm.setup import Calibration, Setup
 from swarmfab.swarm.status import RunStatus, StatusTracker
 from swarmfab.swarm.supervisor import Intervention, Supervisor
@@ -500,10 +500,7 @@ class Run:
         return directory
 
     def _host(self) -> dict[str, Any]:
-        import platform
-
-        return {"machine": platform.machine(), "node": platform.node(),
-                "threads": self.goal.threads, **get_backend(self.space.backend).describe()}
+        return host_record(self.goal.threads, self.space.backend)
 
 
 def _share(part_s: float, whole_s: float) -> float | None:
