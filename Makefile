@@ -54,7 +54,7 @@ bench-swarm: $(STAMP)
 
 # do lessons from an earlier run cut the evaluations a related run needs? (several minutes)
 bench-transfer: $(STAMP)
-	$(BIN)/python scripts/bench_transfer.py --seeds 3 --evaluations 12
+	$(BIN)/python scripts/bench_transfer.py --seeds 3 --evaluations 24
 
 # the inference engine vs transformers' generate on the tiny Kimi Linear, concurrency 1/8/32
 bench-engine: $(DEV_STAMP)

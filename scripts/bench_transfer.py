@@ -1,26 +1,25 @@
-"""Do lessons transfer? Evaluations a run needs with and without an earlier related run.
+"""Do lessons transfer? Two arms of the same search, judged against one common target.
 
 For every seed: run A (KDA at one shape) builds lessons in a fresh store; then, each on
 its own copy of that store, run B with lessons and the same run B with ``--no-lessons``,
 for two new goals: KDA at a new shape, and GDN after KDA. Every run is the real
 ``swarmfab run`` command with ``--max-evaluations``, so runs are repeatable in length.
 
-The figure of merit is the number of evaluations a run needs to reach 95% of its own
-final champion speed. The champion speed after each evaluation is the product of the
-speedups each new champion showed against the incumbent it replaced (the geometric mean
-over shapes), which is what the gate established when it crowned it. Because the
-template's starting point is often already within a few percent of the final champion,
-a second column counts the evaluations to reach 95% of the search's own gain (the final
-champion over the first one, on a log scale).
+At the end, every candidate either arm of a goal ever crowned is timed side by side in
+one job with the fastest baseline (the confirmation policy: medians and 95% CIs), so the
+two arms are measured on one scale. The **common target** is the fastest of them; the
+figure of merit is how many evaluations each arm's champion needed to reach 90% and 95%
+of it (a run's champion after an evaluation is the last candidate crowned by then). The
+two arms' final champions are compared directly: their time ratio, paired per round,
+with its CI (above 1: the run with lessons ended faster).
 
-    python scripts/bench_transfer.py [--seeds 3] [--evaluations 12] [--out DIR]
-    python scripts/bench_transfer.py --report DIR     # the table again, from kept stores
+    python scripts/bench_transfer.py [--seeds 3] [--evaluations 24] [--out DIR]
+    python scripts/bench_transfer.py --report DIR     # re-time and tabulate kept stores
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shutil
 import sqlite3
@@ -34,7 +33,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from swarmfab._cli_common import evaluator_for
+from swarmfab.evaluation import Implementation
+from swarmfab.goal import Goal
 from swarmfab.knowledge import Store
+from swarmfab.measure import CONFIRMATION
+from swarmfab.records import Candidate, Estimate
 
 # shapes where the search has room: at tiny ones the starting point is already final
 SOURCE = ("kda", "1,256,4,64,64")  # run A
@@ -42,16 +46,42 @@ TARGETS = {  # run B: (workload, shape)
     "kda at a new shape": ("kda", "2,512,4,64,64"),
     "gdn after kda": ("gdn", "1,256,4,64,64"),
 }
-REACHED = 0.95
+SHARES = (0.90, 0.95)
+ARMS = ("lessons", "no-lessons")
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Arm:
+    """One run B: the candidates it crowned, at which evaluation."""
+
     run_id: str
-    to_reach: int | None  # evaluations to reach 95% of the final champion speed
-    to_gain: int | None  # evaluations to reach 95% of the search's gain over the first champion
-    final_gain: float  # the final champion's speed over the fastest baseline (chained)
+    crowned: list[tuple[int, str]]  # (evaluation number, candidate id), in order
     evaluations: int
+
+    @property
+    def final(self) -> str | None:
+        return self.crowned[-1][1] if self.crowned else None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """Both arms of one goal and seed, timed on one scale."""
+
+    arms: dict[str, Arm]
+    speed: dict[str, float]  # candidate id (and "baseline") -> speed over the baseline
+    final_ratio: Estimate | None  # lessons' final champion's speed over no-lessons'
+
+    def to_reach(self, arm: str, share: float) -> int | None:
+        """Evaluations until the arm's champion reached ``share`` of the common target."""
+        target = max(self.speed.values())
+        if self.speed["baseline"] >= share * target:
+            return 0
+        return next((number for number, candidate in self.arms[arm].crowned
+                     if self.speed.get(candidate, 0.0) >= share * target), None)
+
+    def final_speed(self, arm: str) -> float:
+        final = self.arms[arm].final
+        return self.speed.get(final, 1.0) if final else 1.0
 
 
 def _goal(path: Path, workload: str, shape: str, seed: int) -> Path:
@@ -74,30 +104,49 @@ def _run(goal: Path, store: Path, workdir: Path, evaluations: int, *extra: str) 
     return run_id
 
 
-def _outcome(store: Path, run_id: str) -> Outcome:
-    gains, gain = [], 1.0
-    for row, verdict in Store(store).verdicts(run_id):
-        if row.became_champion and verdict.timings:
-            speedup = math.exp(statistics.fmean(-math.log(t.ratio.median)
-                                                for t in verdict.timings))
-            against_champion = all(t.incumbent == "champion" for t in verdict.timings)
-            gain = gain * speedup if against_champion else speedup
-        gains.append(gain)
-    final = gains[-1] if gains else 1.0
-    reached = next((i + 1 for i, g in enumerate(gains) if g >= REACHED * final), None)
-    first = next((g for g in gains if g != 1.0), final)
-    span = math.log(final / first) if final > first else 0.0
-    gained = next((i + 1 for i, g in enumerate(gains)
-                   if g != 1.0 and math.log(g / first) >= REACHED * span), None)
-    return Outcome(run_id, reached if final > 1.0 else None, gained, final, len(gains))
+def _arm(store: Path, run_id: str) -> Arm:
+    verdicts = Store(store).verdicts(run_id)
+    crowned = [(number, row.candidate_id) for number, (row, _) in enumerate(verdicts, 1)
+               if row.became_champion]
+    return Arm(run_id, crowned, len(verdicts))
 
 
-def _stored(home: Path, index: int, arm: str) -> Outcome:
-    """The outcome of run B kept in ``home`` (its store holds run A too)."""
-    store = home / f"b{index}-{arm}.db"
+def _judge(home: Path, index: int, workdir: Path, log: Console) -> Judged:
+    """Time every candidate either arm crowned, side by side with the fastest baseline."""
+    stores = {arm: home / f"b{index}-{arm}.db" for arm in ARMS}
     source = {run.id for run in Store(home / "a.db").runs()}
-    [run_id] = [run.id for run in Store(store).runs() if run.id not in source]
-    return _outcome(store, run_id)
+    arms = {}
+    for arm, path in stores.items():
+        [run_id] = [run.id for run in Store(path).runs() if run.id not in source]
+        arms[arm] = _arm(path, run_id)
+    store = Store(stores["no-lessons"])
+    record = store.run(arms["no-lessons"].run_id)
+    goal = Goal.model_validate(record.goal)
+    candidates: dict[str, Candidate] = {}
+    for arm, path in stores.items():
+        for _, candidate_id in arms[arm].crowned:
+            candidates.setdefault(candidate_id, Store(path).candidate(candidate_id))
+    shapes = (record.summary or {}).get("shapes") or []
+    evaluator = evaluator_for(goal, workdir, store)
+    baseline = (shapes[0]["fastest_baseline"] if shapes
+                else evaluator.workload.default_baselines()[0])
+    # the reference is no-lessons' final champion (the baseline where it crowned none)
+    order = [arms["no-lessons"].final, arms["lessons"].final, *candidates]
+    names = list(dict.fromkeys(c for c in order if c is not None))
+    implementations = [Implementation(c, artifact=evaluator.build(candidates[c])) for c in names]
+    implementations.append(Implementation("baseline", baseline=baseline))
+    [table] = evaluator.side_by_side(implementations, CONFIRMATION)
+    # ratio_to_reference[x] = time of x over the reference's time; speed = baseline's / x's
+    base = table.ratio_to_reference["baseline"].median
+    speed = {name: base / ratio.median for name, ratio in table.ratio_to_reference.items()}
+    final_ratio = None
+    lessons, plain = arms["lessons"].final, arms["no-lessons"].final
+    if lessons and plain:  # the reference is plain: lessons' time over it, inverted
+        final_ratio = (Estimate(1.0, 1.0, 1.0) if lessons == plain
+                       else table.ratio_to_reference[lessons].inverted())
+    log.print(f"  {table.shape}: {len(names)} crowned candidate(s) timed with {baseline}, "
+              f"{table.samples} rounds")
+    return Judged(arms, speed, final_ratio)
 
 
 def _copy_store(source: Path, target: Path) -> None:
@@ -111,85 +160,101 @@ def _copy_store(source: Path, target: Path) -> None:
         copy.close()
 
 
-def _seed(seed: int, evaluations: int, root: Path, log: Console) -> dict[str, list[Outcome]]:
+def _seed(seed: int, evaluations: int, root: Path, log: Console) -> None:
     home = root / f"seed{seed}"
     home.mkdir(parents=True)
     workdir = root / "work"  # one build cache for every run: same for both arms
     source = home / "a.db"
     a = _run(_goal(home / "a.toml", *SOURCE, seed), source, workdir, evaluations)
     log.print(f"seed {seed}: run A {a} ({SOURCE[0]} {SOURCE[1]}) done")
-    results: dict[str, list[Outcome]] = {}
     for index, (name, (workload, shape)) in enumerate(TARGETS.items()):
         goal = _goal(home / f"b{index}.toml", workload, shape, seed)
-        arms = []
-        for arm, extra in (("lessons", ()), ("no-lessons", ("--no-lessons",))):
+        for arm in ARMS:
             store = home / f"b{index}-{arm}.db"
             _copy_store(source, store)
-            run_id = _run(goal, store, workdir, evaluations, *extra)
-            arms.append(_outcome(store, run_id))
-            log.print(f"seed {seed}: {name}, {arm}: {arms[-1]}")
-        results[name] = arms
+            run_id = _run(goal, store, workdir, evaluations,
+                          *(("--no-lessons",) if arm == "no-lessons" else ()))
+            log.print(f"seed {seed}: {name}, {arm}: run {run_id}")
+
+
+def _judge_all(root: Path, log: Console) -> dict[int, dict[str, Judged]]:
+    results: dict[int, dict[str, Judged]] = {}
+    for home in sorted(root.glob("seed*")):
+        seed = int(home.name[4:])
+        log.print(f"seed {seed}: timing both arms' champions side by side")
+        results[seed] = {name: _judge(home, index, root / "work", log)
+                         for index, name in enumerate(TARGETS)}
     return results
 
 
-def _median(values: list[int | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
+def _median(values: list[int | None], evaluations: int) -> float:
+    """Median evaluations; an arm that never reached the target counts as one more than
+    the budget."""
+    return statistics.median(evaluations + 1 if v is None else v for v in values)
 
 
-def _table(results: dict[int, dict[str, list[Outcome]]], evaluations: int) -> Table:
-    table = Table(title=f"evaluations to reach {REACHED:.0%} of the final champion speed "
-                  f"(budget {evaluations} evaluations per run)", title_justify="left")
-    for column in ("goal", "seed", "with lessons", "without", "gain: with", "gain: without",
-                   "final speedup with", "final speedup without"):
+def _shown(value: int | None, evaluations: int) -> str:
+    return f">{evaluations}" if value is None else str(value)
+
+
+def _table(results: dict[int, dict[str, Judged]], evaluations: int) -> Table:
+    table = Table(title=f"evaluations to reach 90% / 95% of the common target (the fastest "
+                  f"champion either arm found, timed side by side; {evaluations} evaluations "
+                  "per run)", title_justify="left")
+    for column in ("goal", "seed", "with lessons", "without", "final speed with",
+                   "final speed without", "with / without [95% CI]"):
         table.add_column(column, justify="left" if column == "goal" else "right")
     for name in TARGETS:
-        columns: list[list[int | None]] = [[], [], [], []]
+        reach: dict[tuple[str, float], list[int | None]] = {}
+        ratios = []
         for seed, by_goal in sorted(results.items()):
-            lessons, plain = by_goal[name]
-            for column, value in zip(columns, (lessons.to_reach, plain.to_reach,
-                                               lessons.to_gain, plain.to_gain), strict=True):
-                column.append(value)
-            table.add_row(name, str(seed), str(lessons.to_reach), str(plain.to_reach),
-                          str(lessons.to_gain), str(plain.to_gain),
-                          f"{lessons.final_gain:.2f}x", f"{plain.final_gain:.2f}x")
-        medians = [_median(column) for column in columns]
-        table.add_row(f"[bold]{name}: median[/]", "", *(f"[bold]{m}[/]" for m in medians),
-                      f"speed: {_met(medians[0], medians[1])}",
-                      f"gain: {_met(medians[2], medians[3])}")
+            judged = by_goal[name]
+            cells = []
+            for arm in ARMS:
+                values = [judged.to_reach(arm, share) for share in SHARES]
+                for share, value in zip(SHARES, values, strict=True):
+                    reach.setdefault((arm, share), []).append(value)
+                cells.append(" / ".join(_shown(v, evaluations) for v in values))
+            ratio = judged.final_ratio
+            if ratio is not None:
+                ratios.append(ratio)
+            table.add_row(name, str(seed), *cells, f"{judged.final_speed('lessons'):.2f}x",
+                          f"{judged.final_speed('no-lessons'):.2f}x",
+                          "-" if ratio is None else
+                          f"{ratio.median:.3f} [{ratio.low:.3f}, {ratio.high:.3f}]")
+        medians = {key: _median(values, evaluations) for key, values in reach.items()}
+        with95, without95 = medians[("lessons", 0.95)], medians[("no-lessons", 0.95)]
+        met = "met" if with95 <= without95 / 2 else "not met"
+        worse = sum(r.high < 1.0 for r in ratios)
+        table.add_row(
+            f"[bold]{name}: median[/]", "",
+            f"[bold]{medians[('lessons', 0.90)]:g} / {with95:g}[/]",
+            f"[bold]{medians[('no-lessons', 0.90)]:g} / {without95:g}[/]",
+            f"95%: {met} (at most half)", "",
+            f"{'never' if worse == 0 else f'{worse} seed(s)'} significantly slower")
     return table
-
-
-def _met(with_: float | None, without: float | None) -> str:
-    """The target: with lessons in at most half the evaluations."""
-    if with_ is None or without is None:
-        return "n/a"
-    return "met" if with_ <= without / 2 else "not met"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--evaluations", type=int, default=12)
+    parser.add_argument("--evaluations", type=int, default=24)
     parser.add_argument("--out", type=Path, default=None,
                         help="keep the stores here (default: a temporary directory)")
     parser.add_argument("--report", type=Path, default=None,
-                        help="print the table from the stores kept in this --out directory")
+                        help="re-time and tabulate the stores kept in this --out directory")
     args = parser.parse_args()
     console = Console(width=160)
     if args.report is not None:
-        homes = sorted(args.report.glob("seed*"))
-        console.print(_table({int(home.name[4:]): {
-            name: [_stored(home, index, arm) for arm in ("lessons", "no-lessons")]
-            for index, name in enumerate(TARGETS)} for home in homes}, args.evaluations))
+        console.print(_table(_judge_all(args.report, console), args.evaluations))
         return
     root = args.out or Path(tempfile.mkdtemp(prefix="swarmfab-transfer-"))
     if args.out:
         root.mkdir(parents=True, exist_ok=True)
     try:
-        results = {seed: _seed(seed, args.evaluations, root, console)
-                   for seed in range(args.seeds)}
-        console.print(_table(results, args.evaluations))
+        for seed in range(args.seeds):
+            _seed(seed, args.evaluations, root, console)
+        console.print(_table(_judge_all(root, console), args.evaluations))
     finally:
         if args.out is None:
             shutil.rmtree(root, ignore_errors=True)
