@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import random
+
+import pytest
 
 from swarmfab.agents import Context
 from swarmfab.agents.builtin import BanditAgent, RestartAgent, bandit_agents
-from swarmfab.agents.builtin.bandit import FAILURE_REWARD, verdict_reward
+from swarmfab.agents.builtin.bandit import FAILURE_REWARD, lesson_priors, verdict_reward
 from swarmfab.goal import default_goal
 from swarmfab.kernels import DesignSpace, KnobValue, design_space
-from swarmfab.records import Candidate, Estimate, ShapeTiming, Status, Verdict
+from swarmfab.records import Candidate, Estimate, Lesson, ShapeTiming, Status, Verdict
 
 GOAL = default_goal("kda").with_overrides(threads=1)
 
@@ -115,3 +118,46 @@ def test_restart_agent_kicks_the_champion_before_drawing_from_the_whole_space() 
         changed = {k for k, v in candidate.knobs.items() if champion.knobs[k] != v}
         assert len(changed) == KICK_KNOBS and changed <= live
         assert candidate.rationale.startswith("kick: ") and candidate.parents == (champion.id,)
+
+
+def _lesson(knob: str, before: KnobValue, after: KnobValue, ratio: float | None,
+            similarity: float = 1.0, failures: int = 0) -> Lesson:
+    effect = None if ratio is None else Estimate(ratio, ratio * 0.95, ratio * 1.05)
+    return Lesson(knob, before, after, effect, pairs=0 if ratio is None else 3,
+                  failures=failures, similarity=similarity)
+
+
+def test_lessons_are_arm_priors_weighted_by_the_closeness_of_their_context() -> None:
+    base: dict[str, KnobValue] = {"tile": 16, "chunk": 32}
+    priors = lesson_priors([
+        _lesson("tile", 16, 32, 0.5),  # twice as fast, same context
+        _lesson("tile", 16, 8, 2.0, similarity=0.3),  # twice as slow, far away
+        _lesson("chunk", 32, 64, None, failures=2),  # every such child failed
+        _lesson("chunk", 64, 16, 0.5),  # a move from another base: not this one's
+    ], base)
+    assert priors[("tile", 32)] == pytest.approx(math.log(2))
+    assert priors[("tile", 8)] == pytest.approx(-0.3 * math.log(2))
+    assert priors[("chunk", 64)] == FAILURE_REWARD
+    assert ("chunk", 16) not in priors
+
+
+def test_a_move_lessons_say_hurts_elsewhere_is_tried_later_not_never(
+    toy_space: DesignSpace,
+) -> None:
+    """A bandit ranks by lessons but never passes its turn or sends a move to the back
+    for good: here the move that hurt at another shape is among its first four."""
+    space = toy_space
+    champion = space.instantiate(space.default(), threads=1)
+    start = champion.knobs
+    hurt = _lesson("tile", start["tile"], 8, 3.0, similarity=0.6)
+    helped = _lesson("chunk", start["chunk"], 64, 0.8, similarity=0.6)
+    agent, evaluated, moves = _tiling(space), {champion.id}, []
+    for _ in range(4):
+        context = Context(GOAL, space, champion, frozenset(evaluated), lessons=(hurt, helped),
+                          rng=random.Random(0))
+        [proposal] = agent.propose(context)
+        evaluated.add(proposal.id)
+        moves.append({k: v for k, v in proposal.knobs.items() if v != start[k]})
+    assert moves[0] == {"chunk": 64}  # the helpful move first
+    assert {"tile": 8} in moves  # the single steps come before any joint move
+    assert moves[-1] == {"tile": 8}  # ... the one that hurt elsewhere last among them

@@ -9,23 +9,32 @@ champion are ranked by an upper confidence bound on each arm's reward, so after 
 re-base the moves that paid before are tried first and those that broke or slowed
 kernels come last; joint moves rank by the sum of their arms.
 
+Lessons of earlier runs enter as priors, not as an order: an arm's prior is the log
+speedup the lesson measured for that move from the current base (the failure reward for
+a move that only failed), scaled by the similarity of the lesson's context, and it
+counts as one earlier pull. A move that hurt at another shape is tried later, not never,
+and this run's own pulls soon outweigh what another context said. (Plain local search
+ranks moves by lessons outright and passes turns to helpful moves of other domains; with
+a strong recalled start that starved whole domains for a run's length.)
+
 The agent knows nothing about the workload: arms are knob names and values of whatever
-design space it is given. Rewards come only from the verdicts in its context.
+design space it is given. Rewards come only from the verdicts in its context and the
+lessons in it.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from swarmfab.agents.base import Context
 from swarmfab.agents.builtin.local_search import LocalSearchAgent
 from swarmfab.kernels import Knob, KnobValue
-from swarmfab.records import Candidate, Status, Verdict
+from swarmfab.records import Candidate, Lesson, Status, Verdict
 
-__all__ = ["Arm", "ArmStats", "BanditAgent", "bandit_agents", "verdict_reward"]
+__all__ = ["Arm", "ArmStats", "BanditAgent", "bandit_agents", "lesson_priors", "verdict_reward"]
 
 Arm = tuple[str, KnobValue]  # knob name, value it moves to
 FAILURE_REWARD = -1.0  # a rejected or unbuildable candidate: as bad as e-times slower
@@ -44,6 +53,25 @@ def verdict_reward(verdict: Verdict) -> float:
     if not logs:
         return FAILURE_REWARD
     return max(-REWARD_CLIP, min(REWARD_CLIP, sum(logs) / len(logs)))
+
+
+def lesson_priors(lessons: Iterable[Lesson], base: Mapping[str, KnobValue]) -> dict[Arm, float]:
+    """Prior rewards of the moves from ``base`` that lessons know: the measured log
+    speedup (or :data:`FAILURE_REWARD` where every such move failed), clipped, times the
+    similarity of the lesson's context to this run's."""
+    priors: dict[Arm, float] = {}
+    for lesson in lessons:
+        if base.get(lesson.knob) != lesson.from_value:
+            continue
+        if lesson.failures and lesson.failures >= lesson.pairs:
+            reward = FAILURE_REWARD
+        elif lesson.effect is not None and lesson.effect.median > 0:
+            reward = -math.log(lesson.effect.median)
+        else:
+            continue
+        clipped = max(-REWARD_CLIP, min(REWARD_CLIP, reward))
+        priors[(lesson.knob, lesson.to_value)] = lesson.similarity * clipped
+    return priors
 
 
 @dataclass(slots=True)
@@ -70,6 +98,7 @@ class BanditAgent(LocalSearchAgent):
         self.exploration = exploration
         self.stats: dict[Arm, ArmStats] = {}
         self._pending: dict[str, tuple[Arm, ...]] = {}  # proposed id -> arms it pulled
+        self._from_lessons: dict[Arm, float] = {}  # priors of moves from the current base
 
     def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
         self._learn(context.recent)
@@ -100,12 +129,23 @@ class BanditAgent(LocalSearchAgent):
         stats = self.stats.get(arm, ArmStats())
         pulls = sum(s.pulls for s in self.stats.values())
         bonus = self.exploration * math.sqrt(math.log(pulls + 2) / (stats.pulls + 1))
-        return stats.mean(self.prior.get(arm, 0.0)) + bonus
+        prior = self._from_lessons.get(arm, self.prior.get(arm, 0.0))
+        return stats.mean(prior) + bonus
+
+    def _yields_to_a_helpful_move(self, base: dict[str, KnobValue], context: Context) -> bool:
+        return False  # lessons are priors of the arms here, not turns given away
+
+    @staticmethod
+    def _by_lessons(base: dict[str, KnobValue],
+                    moves: Iterator[tuple[dict[str, KnobValue], str]], context: Context
+                    ) -> Iterator[tuple[dict[str, KnobValue], str]]:
+        return moves  # already ranked by scores that include the lessons' priors
 
     def _moves(
         self, base: dict[str, KnobValue], context: Context
     ) -> Iterator[tuple[dict[str, KnobValue], str]]:
         """The base itself, single steps best arm first, then joint moves by summed score."""
+        self._from_lessons = lesson_priors(context.lessons, base)
         yield dict(base), "starting point of the search"
         steps = [(knob, value) for knob in self.knobs for value in knob.neighbours(base[knob.name])]
         context.rng.shuffle(steps)  # remaining ties in random order
