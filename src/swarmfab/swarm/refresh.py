@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from swarmfab.backends import cuda_device_available
 from swarmfab.errors import SwarmfabError
 from swarmfab.evaluation import Evaluator, Implementation
 from swarmfab.goal import Goal
@@ -146,7 +147,7 @@ def refresh_champions(store: Store, runs: list[RunRow], deadline: float,
         check = checks[index]
         share = (deadline - time.monotonic()) / (len(stale) - order)
         if check.goal is None:
-            note = "no successor: its goal no longer loads here"
+            note = "no successor: its goal cannot run here"
         elif start_successor is None:
             note = "no successor started (--check-only)"
         elif share < MIN_SUCCESSOR_S:
@@ -182,6 +183,10 @@ def _check(store: Store, run: RunRow, make_evaluator: MakeEvaluator) -> Check:
     else:
         host = host_record(goal.threads, candidate.backend)
         reasons += environment_changes(run.host, host)
+        if goal.device == "cuda" and not cuda_device_available():
+            reasons.append("its goal runs on a CUDA device; this host has none")
+            goal = None  # neither checked nor succeeded here
+    if goal is not None:
         verdict = evaluator.verify(candidate)
         verifies = verdict.status is Status.ACCEPTED
         if not verifies:
