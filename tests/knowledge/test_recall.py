@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -46,6 +47,15 @@ def test_recall_ranks_by_similarity_then_recency_and_drops_duplicates() -> None:
     assert recalled[0].context == "kda | cpu-x86_64-avx512-t2_4 | prefill-s"
     assert [item.run_id for item in recall_champions(champions, asking, limit=2)] == [
         "new-kda", "old-kda"]
+
+
+def test_a_champion_a_refresh_found_broken_is_recalled_after_every_other() -> None:
+    asking = LessonContext.of("kda", HOST, [SMALL])
+    broken = dataclasses.replace(_champion("broken", "kda", {"tile_v": 64}),
+                                 failed_refresh=True)
+    farther = _champion("arm-kda", "kda", {"tile_v": 128}, host=OTHER_CPU, age_days=5)
+    assert [item.run_id for item in recall_champions([broken, farther], asking)] == [
+        "arm-kda", "broken"]
 
 
 def test_project_keeps_valid_values_and_defaults_the_rest() -> None:

@@ -206,6 +206,8 @@ def test_a_champion_that_fails_a_later_counterexample_is_stale_and_kept(
     [reason] = check["reasons"]
     assert reason.startswith("no longer verifies on the current corpus (case found-later-t77)")
     assert Store(db).run(run_id).champion_id == candidate.id  # recorded, not demoted
+    [recalled] = Store(db).champions("delta-rule")
+    assert recalled.failed_refresh  # recall offers it after every champion that verifies
     # the case's worth, as `corpus list` and the report show it: a later run's verdict
     assert store.case_rejections("kda") == {}  # a refresh is a check, not a verdict
     later = store.start_run("kda", goal.model_dump(mode="json"), host_record(1, "python"))

@@ -34,6 +34,7 @@ class Champion:
     shape_labels: tuple[str, ...]  # the shapes its verdict was timed on
     knobs: Mapping[str, KnobValue]
     started_at: datetime
+    failed_refresh: bool = False  # its latest refresh found it no longer verifies
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +52,9 @@ class Recalled:
 
 def recall_champions(champions: Iterable[Champion], context: LessonContext, limit: int = 3
            ) -> list[Recalled]:
-    """Up to ``limit`` champion settings for ``context``: most similar first, then newest;
-    one entry per distinct setting."""
+    """Up to ``limit`` champion settings for ``context``: most similar first, then newest,
+    and any that a refresh found no longer verifies after all the others; one entry per
+    distinct setting."""
     scored = []
     for champion in champions:
         if not champion.knobs:
@@ -63,7 +65,7 @@ def recall_champions(champions: Iterable[Champion], context: LessonContext, limi
         if weight >= MIN_SIMILARITY:
             label = f"{champion.workload} | {device} | {', '.join(classes) or 'no shapes'}"
             scored.append((weight, champion.started_at, champion, label))
-    scored.sort(key=lambda item: (-item[0], -item[1].timestamp()))
+    scored.sort(key=lambda item: (item[2].failed_refresh, -item[0], -item[1].timestamp()))
     chosen: list[Recalled] = []
     seen: set[tuple[tuple[str, str], ...]] = set()
     for weight, _, champion, label in scored:

@@ -241,10 +241,14 @@ class Store:
                       & (VerdictRow.candidate_id == RunRow.champion_id))
                 .where(RunRow.workload.in_(lessons.family_members(family)))
                 .order_by(RunRow.started_at))
+            latest: dict[str, bool | None] = {}  # per run: did its latest refresh verify
+            for run_id, verifies in s.execute(select(RefreshRow.run_id, RefreshRow.verifies)
+                                              .order_by(RefreshRow.id)):
+                latest[run_id] = verifies
             return [Champion(
                 run_id, workload, dict(host),
                 tuple(str(t.get("shape", "")) for t in timings or []),
-                dict(knobs or {}), started_at)
+                dict(knobs or {}), started_at, latest.get(run_id) is False)
                 for run_id, workload, host, started_at, knobs, timings in rows]
 
     def recall(self, context: lessons.LessonContext, limit: int = 3) -> list[Recalled]:
