@@ -84,9 +84,10 @@ class Judged:
         return self.speed.get(final, 1.0) if final else 1.0
 
 
-def _goal(path: Path, workload: str, shape: str, seed: int) -> Path:
+def _goal(path: Path, workload: str, shape: str, seed: int, threads: int = 1) -> Path:
     b, t, h, k, v = (int(part) for part in shape.split(","))
-    path.write_text(f'workload = "{workload}"\nbudget = "30m"\nthreads = 1\nseed = {seed}\n'
+    path.write_text(f'workload = "{workload}"\nbudget = "30m"\nthreads = {threads}\n'
+                    f"seed = {seed}\n"
                     f"shapes = [{{B = {b}, T = {t}, H = {h}, K = {k}, V = {v}}}]\n")
     return path
 
@@ -160,12 +161,14 @@ def _copy_store(source: Path, target: Path) -> None:
         copy.close()
 
 
-def _seed(seed: int, evaluations: int, root: Path, log: Console) -> None:
+def _seed(seed: int, evaluations: int, root: Path, log: Console, source_threads: int = 1
+          ) -> None:
     home = root / f"seed{seed}"
     home.mkdir(parents=True)
     workdir = root / "work"  # one build cache for every run: same for both arms
     source = home / "a.db"
-    a = _run(_goal(home / "a.toml", *SOURCE, seed), source, workdir, evaluations)
+    a = _run(_goal(home / "a.toml", *SOURCE, seed, source_threads), source, workdir,
+             evaluations)
     log.print(f"seed {seed}: run A {a} ({SOURCE[0]} {SOURCE[1]}) done")
     for index, (name, (workload, shape)) in enumerate(TARGETS.items()):
         goal = _goal(home / f"b{index}.toml", workload, shape, seed)
@@ -239,6 +242,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--evaluations", type=int, default=24)
+    parser.add_argument("--source-threads", type=int, default=1,
+                        help="threads of run A: 2 or more puts its lessons and champion in "
+                             "another device class than the runs B (1 thread)")
     parser.add_argument("--out", type=Path, default=None,
                         help="keep the stores here (default: a temporary directory)")
     parser.add_argument("--report", type=Path, default=None,
@@ -253,7 +259,7 @@ def main() -> None:
         root.mkdir(parents=True, exist_ok=True)
     try:
         for seed in range(args.seeds):
-            _seed(seed, args.evaluations, root, console)
+            _seed(seed, args.evaluations, root, console, args.source_threads)
         console.print(_table(_judge_all(root, console), args.evaluations))
     finally:
         if args.out is None:
