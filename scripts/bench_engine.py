@@ -11,12 +11,17 @@ requests (at least 4), closed loop with ``concurrency`` in flight.
   ``--kda-kernel`` file in both), each layer's states updated in place in its pool;
 - engine-http: ``swarmfab serve`` in a child process, loaded by ``swarmfab loadgen``'s
   client over HTTP with SSE streaming (the client shares the machine's cores);
-- hf-generate: ``KimiLinearForCausalLM.generate`` with static batches of
+- hf-generate (N threads): ``KimiLinearForCausalLM.generate`` with static batches of
   ``concurrency`` requests; per-token times from a streamer, so TTFT and TPOT are
-  measured the same way (a request's clock starts when its batch starts).
+  measured the same way (a request's clock starts when its batch starts). It runs with
+  torch's default of every core and with one thread, since either can win on a small
+  model; the engine is compared with the faster of the two.
 
-Each system runs ``--repeats`` times per concurrency; the table shows medians over the
-repeats (output tokens/s with the min-max range), metrics defined as vLLM's bench serve.
+The engine systems use the engine's default threads (one fewer than the cores, at least
+one). The repeats alternate the systems, so a slow spell on a shared host touches all of
+them. Each system runs ``--repeats`` times per concurrency; the table shows medians over
+the repeats (output tokens/s with the min-max range), metrics defined as vLLM's bench
+serve, and the ratio of the engine's median to the faster HF system's.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from swarmfab.engine.engine import EngineConfig, LLMEngine
 from swarmfab.engine.loadgen import LoadSpec, RequestRecord, random_prompts, run_load, summarise
 from swarmfab.engine.request import SamplingParams
 from swarmfab.engine.slots import KernelSlots
-from swarmfab.engine.tiny import make_tiny_checkpoint
+from swarmfab.engine.tiny import make_checkpoint
 
 
 def _engine_config(concurrency: int) -> EngineConfig:
@@ -201,7 +206,11 @@ def _row(concurrency: int, system: str, runs: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, help="checkpoint dir (default: the tiny one)")
+    parser.add_argument("--model", type=Path,
+                        help="checkpoint dir (default: a random-weight one of --size)")
+    parser.add_argument("--size", choices=["tiny", "small"], default="tiny",
+                        help="the checkpoint to make when --model is not given: tiny (1.3M "
+                             "parameters) or small (153M)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--input-len", type=int, default=32)
     parser.add_argument("--output-len", type=int, default=32)
@@ -221,20 +230,26 @@ def main() -> None:
 
     hf_logging.set_verbosity_error()
     with tempfile.TemporaryDirectory() as scratch:
-        model_dir = args.model or make_tiny_checkpoint(Path(scratch) / "tiny-kimi-linear")
+        model_dir = args.model or make_checkpoint(Path(scratch) / f"{args.size}-kimi-linear",
+                                                  args.size)
         hf_model = KimiLinearForCausalLM.from_pretrained(str(model_dir)).eval()
         factory = None if args.no_factory else factory_slots(args.kda_kernel,
                                                               Path(scratch) / "kernels")
         vocab = hf_model.config.vocab_size
-        results: dict[str, Any] = {"torch_threads": torch.get_num_threads(),
+        results: dict[str, Any] = {"model": str(args.model or args.size),
+                                   "cpus": os.cpu_count(),
                                    "input_len": args.input_len,
                                    "output_len": args.output_len, "runs": []}
-        rows = []
+        rows: list[str] = []
+        ratios: list[str] = []
         for concurrency in args.concurrency:
             count = max(4, 2 * concurrency)
             prompts = random_prompts(count, args.input_len, vocab, args.seed)
+            hf_threads = sorted({os.cpu_count() or 1, 1}, reverse=True)
+            hf_names = [f"hf-generate ({n} thread{'s' * (n > 1)})" for n in hf_threads]
             systems: dict[str, list[dict[str, Any]]] = {
-                "engine": [], "engine+factory-kda": [], "engine-http": [], "hf-generate": []}
+                "engine": [], "engine+factory-kda": [], "engine-http": [],
+                **{name: [] for name in hf_names}}
             for _ in range(args.repeats):
                 systems["engine"].append(run_engine(model_dir, prompts, args.output_len,
                                                     concurrency))
@@ -245,8 +260,12 @@ def main() -> None:
                     systems["engine-http"].append(run_engine_http(
                         model_dir, prompts, args.input_len, args.output_len, concurrency,
                         args.seed))
-                systems["hf-generate"].append(run_hf(hf_model, prompts, args.output_len,
-                                                     concurrency))
+                for name, threads in zip(hf_names, hf_threads, strict=True):
+                    torch.set_num_threads(threads)
+                    systems[name].append(run_hf(hf_model, prompts, args.output_len,
+                                                concurrency))
+            best_hf = max(statistics.median(r["output_throughput"] for r in systems[name])
+                          for name in hf_names)
             for system, runs in systems.items():
                 if runs:
                     rows.append(_row(concurrency, system, runs))
@@ -255,9 +274,17 @@ def main() -> None:
                         "concurrency": concurrency, "system": system, "requests": count,
                         "repeats": [{k: v for k, v in r.items() if not isinstance(v, list)}
                                     for r in runs]})
+            for system in ("engine", "engine+factory-kda", "engine-http"):
+                if systems[system]:
+                    ratio = statistics.median(
+                        r["output_throughput"] for r in systems[system]) / best_hf
+                    ratios.append(f"concurrency {concurrency}: {system} / fastest HF = "
+                                  f"{ratio:.2f}x")
+                    results.setdefault("ratios", []).append(
+                        {"concurrency": concurrency, "system": system, "ratio": ratio})
     header = ("| concurrency | system | output tok/s, median (min-max) | median TTFT ms "
               "| median TPOT ms | p99 E2EL ms |\n|---|---|---|---|---|---|")
-    print("\n" + header + "\n" + "\n".join(rows))
+    print("\n" + header + "\n" + "\n".join(rows) + "\n\n" + "\n".join(ratios))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     print(f"\nraw results: {args.out}")

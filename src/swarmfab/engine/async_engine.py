@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from typing import Any
 
 from swarmfab.engine.engine import LLMEngine
 from swarmfab.engine.request import Request, RequestOutput, SamplingParams
@@ -75,6 +76,7 @@ class AsyncEngine:
 
     # -- the engine thread ---------------------------------------------------------------
     def _run(self) -> None:
+        self.engine.use_threads()
         while True:
             with self._wakeup:
                 while not (self._stopped or self._incoming or self._aborts
@@ -95,19 +97,30 @@ class AsyncEngine:
             except Exception as exc:  # the engine is broken: tell every waiting client
                 self._fail_all(exc)
                 continue
+            self._deliver([(output.request_id, output) for output in outputs])
             for output in outputs:
-                self._deliver(output.request_id, output)
                 if output.finished:
                     self._live.pop(output.request_id, None)
             time.sleep(0)  # let the event loop stream this step before the next one
 
-    def _deliver(self, request_id: str, item: RequestOutput | BaseException) -> None:
-        listener = self._listeners.get(request_id)
-        if listener is not None:
-            listener.loop.call_soon_threadsafe(listener.queue.put_nowait, item)
+    def _deliver(self, items: list[tuple[str, RequestOutput | BaseException]]) -> None:
+        """Hand a step's outputs to their listeners: one wake-up per event loop per step,
+        not one per token (each wake-up costs the engine thread a GIL hand-over)."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Any], Any]]] = {}
+        for request_id, item in items:
+            listener = self._listeners.get(request_id)
+            if listener is not None:
+                by_loop.setdefault(listener.loop, []).append((listener.queue, item))
+        for loop, batch in by_loop.items():
+            loop.call_soon_threadsafe(_put_all, batch)
 
     def _fail_all(self, exc: Exception) -> None:
-        for request_id, request in list(self._live.items()):
+        for request in self._live.values():
             self.engine.abort(request)
-            self._deliver(request_id, exc)
+        self._deliver([(request_id, exc) for request_id in self._live])
         self._live.clear()
+
+
+def _put_all(batch: list[tuple[asyncio.Queue[Any], Any]]) -> None:
+    for queue, item in batch:
+        queue.put_nowait(item)

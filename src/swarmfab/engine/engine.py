@@ -3,10 +3,18 @@
 ``LLMEngine`` is single-threaded and synchronous; :mod:`async_engine` runs it on a thread
 for the HTTP server. Memory is sized from a byte budget: the KV pool gets
 ``kv_cache_bytes`` and one KDA state slot exists per allowed running sequence.
+
+Threads: a step's operators use ``threads`` intra-op threads (torch's, process-wide). By
+default a model whose weights outgrow the caches (``BIG_MODEL_BYTES``) gets every CPU this
+process may use: its steps are matmuls bound by memory bandwidth, and every core adds
+some. A smaller model gets one fewer, at least one: its steps are short operator calls,
+and an intra-op worker spinning on the last core would delay the front end (the HTTP
+server's event loop, or a client in the same process), hence every streamed token.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -23,7 +31,9 @@ from swarmfab.engine.slots import KernelSlots
 from swarmfab.engine.tokenizer import Tokenizer
 from swarmfab.errors import EngineError
 
-__all__ = ["EngineConfig", "EngineStats", "LLMEngine"]
+__all__ = ["BIG_MODEL_BYTES", "EngineConfig", "EngineStats", "LLMEngine"]
+
+BIG_MODEL_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +46,17 @@ class EngineConfig:
     kv_cache_bytes: int = 64 << 20
     num_kv_blocks: int | None = None      # overrides kv_cache_bytes when set
     max_model_len: int = 4096
+    threads: int | None = None            # intra-op threads; None: by model size
+
+    def __post_init__(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise EngineError(f"threads must be at least 1, got {self.threads}")
+
+    def intra_op_threads(self, weight_bytes: int) -> int:
+        if self.threads:
+            return self.threads
+        cpus = len(os.sched_getaffinity(0))
+        return cpus if weight_bytes >= BIG_MODEL_BYTES else max(1, cpus - 1)
 
     def scheduler(self) -> SchedulerConfig:
         return SchedulerConfig(self.max_num_seqs, self.max_num_batched_tokens,
@@ -84,6 +105,11 @@ class LLMEngine:
         self.scheduler = Scheduler(config.scheduler(), self.states, self.pool)
         self.eos_ids = frozenset(model.config.eos_token_ids)
         self.stats = EngineStats()
+        self.use_threads()
+
+    def use_threads(self) -> None:
+        """Set torch's intra-op threads to the engine's (again, on the thread that steps)."""
+        torch.set_num_threads(self.config.intra_op_threads(self.model.weight_bytes))
 
     @classmethod
     def from_pretrained(cls, model_dir: Path, config: EngineConfig | None = None,

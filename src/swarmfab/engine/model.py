@@ -5,7 +5,11 @@ into one ``[N, hidden]`` matrix (no padding), decodes first (one token each), th
 prefill chunks. Projections, norms and MLPs run over all N tokens at once; the sequence
 mixers read and write per-sequence memory: KDA layers their state slot (recurrent state
 and convolution window, carried across prefill chunks), attention layers the paged
-latent cache. Every hot operator goes through :class:`~swarmfab.engine.slots.KernelSlots`.
+latent cache. Decodes make one batched call per mixer. Prefill chunks are batched too:
+they are gathered into groups of similar length, right-padded (:class:`PrefillGroup`),
+and each group makes one call per mixer. A padded KDA position has ``g = 0`` and
+``beta = 0``, so it leaves a state exactly as it was; its outputs are dropped. Every hot
+operator goes through :class:`~swarmfab.engine.slots.KernelSlots`.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from swarmfab.engine.weights import (
     load_weights,
 )
 
-__all__ = ["HybridModel", "StepBatch"]
+__all__ = ["HybridModel", "PrefillGroup", "StepBatch", "prefill_groups"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +47,69 @@ class StepBatch:
     context_rows: torch.Tensor       # [S, Lmax] pool rows of every position, padded with 0
     context_lens: tuple[int, ...]    # positions per sequence after this step
     sample_rows: torch.Tensor        # [S'] rows of N whose logits are wanted
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillGroup:
+    """Prefill chunks run together, right-padded to the longest."""
+
+    seqs: torch.Tensor       # [P] the sequences' indices in the step
+    rows: torch.Tensor       # [P, T] packed row of each position (0 where padded)
+    valid: torch.Tensor      # [P, T] True where a position is real
+    lengths: torch.Tensor    # [P] new tokens per sequence
+    slots: torch.Tensor      # [P] KDA state slots
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """``x[N, ...]`` as ``[P, T, ...]``, zero where padded."""
+        mask = self.valid.view(*self.valid.shape, *(1,) * (x.dim() - 1))
+        return x[self.rows].masked_fill(~mask, 0)
+
+    def scatter(self, out: torch.Tensor, padded: torch.Tensor) -> None:
+        """Write the real positions of ``padded[P, T, ...]`` back into ``out[N, ...]``."""
+        out[self.rows[self.valid]] = padded[self.valid].to(out.dtype)
+
+
+def prefill_groups(batch: StepBatch, waste: float = 2.0) -> list[PrefillGroup]:
+    """The step's prefill chunks in groups, longest first; a group takes the next chunk
+    while its padded size stays within ``waste`` times its real tokens."""
+    starts, start = [], batch.num_decodes
+    for length in batch.query_lens[batch.num_decodes:]:
+        starts.append(start)
+        start += length
+    order = sorted(range(len(starts)), key=lambda i: -batch.query_lens[batch.num_decodes + i])
+    members: list[list[int]] = []
+    for i in order:
+        length = batch.query_lens[batch.num_decodes + i]
+        if members:
+            group = members[-1]
+            longest = batch.query_lens[batch.num_decodes + group[0]]
+            real = sum(batch.query_lens[batch.num_decodes + j] for j in group) + length
+            if longest * (len(group) + 1) <= waste * real:
+                group.append(i)
+                continue
+        members.append([i])
+    groups = []
+    for group in members:
+        seqs = [batch.num_decodes + i for i in group]
+        lengths = torch.tensor([batch.query_lens[s] for s in seqs])
+        width = int(lengths.max())
+        valid = torch.arange(width)[None, :] < lengths[:, None]
+        first = torch.tensor([starts[i] for i in group])
+        rows = torch.where(valid, first[:, None] + torch.arange(width)[None, :], 0)
+        groups.append(PrefillGroup(torch.tensor(seqs), rows, valid, lengths,
+                                   torch.tensor([batch.state_slots[s] for s in seqs])))
+    return groups
+
+
+def _tensors(record: object) -> list[torch.Tensor]:
+    """Every tensor in a (nested) weights record."""
+    if isinstance(record, torch.Tensor):
+        return [record]
+    if isinstance(record, tuple | list):
+        return [t for item in record for t in _tensors(item)]
+    if hasattr(record, "__slots__"):
+        return [t for name in record.__slots__ for t in _tensors(getattr(record, name))]
+    return []
 
 
 def _l2norm(x: torch.Tensor) -> torch.Tensor:
@@ -61,6 +128,18 @@ class HybridModel:
         self.dtype = weights.embed.dtype
         self._kda_index = {layer: i for i, layer in enumerate(config.kda_layers)}
         self._attention_index = {layer: i for i, layer in enumerate(config.attention_layers)}
+        # every projection that reads a mixer's input, stacked: one matmul per layer
+        self._inputs: dict[int, tuple[torch.Tensor, list[int]]] = {}
+        for index, layer in enumerate(weights.layers):
+            mixer = layer.mixer
+            parts = ([mixer.qkv, mixer.f_a, mixer.b_proj, mixer.g_a]
+                     if isinstance(mixer, KdaWeights) else [mixer.q_proj, mixer.kv_a])
+            self._inputs[index] = (torch.cat(parts), [p.shape[0] for p in parts])
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of every weight the model holds (the stacked input projections aside)."""
+        return sum(t.numel() * t.element_size() for t in _tensors(self.weights))
 
     @classmethod
     def from_pretrained(cls, model_dir: Path, slots: KernelSlots | None = None) -> HybridModel:
@@ -72,12 +151,17 @@ class HybridModel:
         """Logits ``[len(sample_rows), vocab]``; states and cache updated in place."""
         hidden = self.weights.embed[batch.token_ids]
         eps = self.config.rms_norm_eps
+        groups = prefill_groups(batch)
+        decode_slots = torch.tensor(batch.state_slots[:batch.num_decodes])
         for index, layer in enumerate(self.weights.layers):
             normed = self.slots.rms_norm(hidden, layer.input_norm, eps)
+            stacked, sizes = self._inputs[index]
+            projected = F.linear(normed, stacked).split(sizes, dim=-1)
             if isinstance(layer.mixer, KdaWeights):
-                mixed = self._kda(normed, layer.mixer, batch, states, self._kda_index[index])
+                mixed = self._kda(projected, layer.mixer, batch, groups, decode_slots, states,
+                                  self._kda_index[index])
             else:
-                mixed = self._attention(normed, layer.mixer, batch, kv,
+                mixed = self._attention(projected, layer.mixer, batch, groups, kv,
                                         self._attention_index[index])
             hidden = hidden + mixed
             normed = self.slots.rms_norm(hidden, layer.post_norm, eps)
@@ -86,81 +170,80 @@ class HybridModel:
         return F.linear(last, self.weights.lm_head)
 
     # -- KDA ---------------------------------------------------------------------------
-    def _kda(self, x: torch.Tensor, w: KdaWeights, batch: StepBatch, states: StateSlots,
+    def _kda(self, projected: tuple[torch.Tensor, ...], w: KdaWeights, batch: StepBatch,
+             groups: list[PrefillGroup], decode_slots: torch.Tensor, states: StateSlots,
              layer: int) -> torch.Tensor:
         heads, dim = self.config.linear_heads, self.config.linear_head_dim
-        tokens = x.shape[0]
-        mixed = F.silu(self._short_conv(F.linear(x, w.qkv), w.conv, batch, states.conv[layer]))
+        qkv, f_a, b_proj, g_a = projected
+        tokens = qkv.shape[0]
+        mixed = F.silu(self._short_conv(qkv, w.conv, batch.num_decodes,
+                                        groups, decode_slots, states.conv[layer]))
         q, k, v = mixed.view(tokens, 3, heads, dim).unbind(1)
         q, k = _l2norm(q.float()), _l2norm(k.float())
-        gate = F.linear(F.linear(x, w.f_a), w.f_b).float() + w.dt_bias
+        gate = F.linear(f_a, w.f_b).float() + w.dt_bias
         g = (-w.decay_rate * F.softplus(gate.view(tokens, heads, dim), threshold=20.0))
-        beta = torch.sigmoid(F.linear(x, w.b_proj).float())
-        out = self._delta_rule(q, k, v.float(), g, beta, batch, states.recurrent[layer])
+        beta = torch.sigmoid(b_proj.float())
+        out = self._delta_rule(q, k, v.float(), g, beta, batch.num_decodes, groups,
+                               decode_slots, states.recurrent[layer])
         normed = self.slots.rms_norm(out, w.o_norm.float(), self.config.rms_norm_eps)
-        output_gate = F.linear(F.linear(x, w.g_a), w.g_b).view(tokens, heads, dim)
-        gated = (normed * torch.sigmoid(output_gate.float())).to(x.dtype)
+        output_gate = F.linear(g_a, w.g_b).view(tokens, heads, dim)
+        gated = (normed * torch.sigmoid(output_gate.float())).to(qkv.dtype)
         return F.linear(gated.reshape(tokens, heads * dim), w.o_proj)
 
-    def _short_conv(self, x: torch.Tensor, weight: torch.Tensor, batch: StepBatch,
+    def _short_conv(self, x: torch.Tensor, weight: torch.Tensor, decodes: int,
+                    groups: list[PrefillGroup], decode_slots: torch.Tensor,
                     windows: torch.Tensor) -> torch.Tensor:
         """Causal depthwise convolution whose window continues from each slot's history."""
         out = torch.empty_like(x)
-        decodes = batch.num_decodes
+        kernel = weight.shape[1]
         if decodes:
-            slots = torch.tensor(batch.state_slots[:decodes])
-            window = torch.cat([windows[slots], x[:decodes, None]], dim=1)   # [D, kernel, C]
+            window = torch.cat([windows[decode_slots], x[:decodes, None]], dim=1)  # [D,k,C]
             out[:decodes] = torch.einsum("dkc,ck->dc", window, weight)
-            windows[slots] = window[:, 1:]
-        start = decodes
-        for seq in range(decodes, len(batch.query_lens)):
-            length, slot = batch.query_lens[seq], batch.state_slots[seq]
-            window = torch.cat([windows[slot], x[start:start + length]])     # [k-1+T, C]
-            out[start:start + length] = torch.einsum(
-                "tck,ck->tc", window.unfold(0, weight.shape[1], 1), weight)
-            windows[slot] = window[-(weight.shape[1] - 1):]
-            start += length
+            windows[decode_slots] = window[:, 1:]
+        for group in groups:
+            window = torch.cat([windows[group.slots], group.gather(x)], dim=1)  # [P,k-1+T,C]
+            group.scatter(out, torch.einsum("ptck,ck->ptc", window.unfold(1, kernel, 1),
+                                            weight))
+            last = group.lengths[:, None] + torch.arange(kernel - 1)          # [P, k-1]
+            windows[group.slots] = window.gather(
+                1, last[..., None].expand(-1, -1, window.shape[-1]))
         return out
 
     def _delta_rule(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                    beta: torch.Tensor, batch: StepBatch, recurrent: torch.Tensor
-                    ) -> torch.Tensor:
-        """KDA over every sequence: one batched decode call, one prefill call per chunk,
-        each updating its sequences' states in place in the layer's pool of slots."""
+                    beta: torch.Tensor, decodes: int, groups: list[PrefillGroup],
+                    decode_slots: torch.Tensor, recurrent: torch.Tensor) -> torch.Tensor:
+        """KDA over every sequence: one batched decode call and one prefill call per
+        group, each updating its sequences' states in place in the layer's pool."""
         scale = self.config.linear_head_dim ** -0.5
         out = torch.empty_like(v)
-        decodes = batch.num_decodes
         if decodes:
             o, _ = self.slots.kda_decode(
                 *(x[:decodes].unsqueeze(1) for x in (q, k, v, g, beta)), scale=scale,
                 initial_state=recurrent, output_final_state=True, inplace_final_state=True,
-                state_indices=torch.tensor(batch.state_slots[:decodes]))
+                state_indices=decode_slots)
             out[:decodes] = o[:, 0]
-        start = decodes
-        for seq in range(decodes, len(batch.query_lens)):
-            length, slot = batch.query_lens[seq], batch.state_slots[seq]
-            piece = slice(start, start + length)
+        for group in groups:
             o, _ = self.slots.kda_prefill(
-                *(x[piece].unsqueeze(0) for x in (q, k, v, g, beta)), scale=scale,
+                *(group.gather(x) for x in (q, k, v, g, beta)), scale=scale,
                 initial_state=recurrent, output_final_state=True, inplace_final_state=True,
-                state_indices=torch.tensor([slot]))
-            out[piece] = o[0]
-            start += length
+                state_indices=group.slots)
+            group.scatter(out, o)
         return out
 
     # -- MLA ---------------------------------------------------------------------------
-    def _attention(self, x: torch.Tensor, w: AttentionWeights, batch: StepBatch, kv: KvCache,
-                   layer: int) -> torch.Tensor:
+    def _attention(self, projected: tuple[torch.Tensor, ...], w: AttentionWeights,
+                   batch: StepBatch, groups: list[PrefillGroup], kv: KvCache, layer: int
+                   ) -> torch.Tensor:
         c = self.config
         heads, nope, rope = c.attention_heads, c.qk_nope_head_dim, c.qk_rope_head_dim
-        tokens = x.shape[0]
-        q = F.linear(x, w.q_proj).view(tokens, heads, nope + rope)
-        latent = F.linear(x, w.kv_a)
+        q, latent = projected
+        tokens = q.shape[0]
+        q = q.view(tokens, heads, nope + rope)
         compressed = self.slots.rms_norm(latent[:, :c.kv_lora_rank], w.kv_a_norm,
                                          c.rms_norm_eps)
         rows = kv.latents[layer]
         rows[batch.kv_rows] = torch.cat([compressed, latent[:, c.kv_lora_rank:]], dim=-1)
-        out = torch.empty(tokens, heads, c.v_head_dim, dtype=x.dtype)
+        out = torch.empty(tokens, heads, c.v_head_dim, dtype=q.dtype)
         decodes = batch.num_decodes
         if decodes:
             lens = torch.tensor(batch.context_lens[:decodes])
@@ -169,17 +252,16 @@ class HybridModel:
             mask = (torch.arange(width) < lens[:, None])[:, None, None, :]
             out[:decodes] = self.slots.attention(
                 q[:decodes, :, None], keys, values, mask, self._scale)[:, :, 0]
-        start = decodes
-        for seq in range(decodes, len(batch.query_lens)):
-            length, total = batch.query_lens[seq], batch.context_lens[seq]
-            keys, values = self._expand(rows[batch.context_rows[seq, :total]][None], w)
-            past = total - length
-            mask = torch.arange(total)[None, :] <= (past + torch.arange(length))[:, None]
-            piece = slice(start, start + length)
-            out[piece] = self.slots.attention(
-                q[piece].transpose(0, 1)[None], keys, values, mask[None, None],
-                self._scale)[0].transpose(0, 1)
-            start += length
+        for group in groups:
+            totals = torch.tensor(batch.context_lens)[group.seqs]
+            width, steps = int(totals.max()), group.rows.shape[1]
+            keys, values = self._expand(rows[batch.context_rows[group.seqs, :width]], w)
+            positions = (totals - group.lengths)[:, None] + torch.arange(steps)   # [P, T]
+            mask = torch.arange(width)[None, None, :] <= positions[..., None]     # [P, T, L]
+            mask &= torch.arange(width)[None, None, :] < totals[:, None, None]
+            queries = group.gather(q).transpose(1, 2)                            # [P,H,T,D]
+            group.scatter(out, self.slots.attention(queries, keys, values, mask[:, None],
+                                                    self._scale).transpose(1, 2))
         return F.linear(out.reshape(tokens, -1), w.o_proj)
 
     @property
@@ -204,10 +286,18 @@ class HybridModel:
             return self.slots.mlp(x, w.gate, w.up, w.down)
         weights, experts = self._route(x, w)
         out = torch.zeros_like(x)
-        for expert in experts.unique().tolist():
-            token, choice = torch.where(experts == expert)
-            y = self.slots.mlp(x[token], w.gate[expert], w.up[expert], w.down[expert])
-            out.index_add_(0, token, y * weights[token, choice, None].to(x.dtype))
+        # (token, choice) pairs sorted by expert: each expert's pairs are one slice
+        order = experts.flatten().argsort(stable=True)
+        counts = torch.bincount(experts.flatten(), minlength=w.gate.shape[0]).tolist()
+        routed = weights.flatten()[order, None].to(x.dtype)
+        start = 0
+        for expert, count in enumerate(counts):
+            if count:
+                piece = slice(start, start + count)
+                token = order[piece] // experts.shape[1]
+                y = self.slots.mlp(x[token], w.gate[expert], w.up[expert], w.down[expert])
+                out.index_add_(0, token, y * routed[piece])
+                start += count
         if w.shared is not None:
             out = out + self.slots.mlp(x, w.shared.gate, w.shared.up, w.shared.down)
         return out

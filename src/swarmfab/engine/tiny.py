@@ -1,10 +1,13 @@
-"""A tiny random-weight Kimi Linear checkpoint, made offline (tests, benchmarks, demos).
+"""Random-weight Kimi Linear checkpoints, made offline (tests, benchmarks, demos).
 
-The weights come from ``transformers``' ``AutoModelForCausalLM.from_config`` with a fixed
-seed, written by ``save_pretrained`` (Moonshot's tensor names). The tokenizer is a
-byte-level BPE (``tokenizers``) trained here on a generated word list to exactly the
-model's vocabulary of 512: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2 (end of sequence), the 256
-bytes, then merges, so every id the model can emit decodes to text.
+Two sizes: ``tiny`` (4 layers, hidden 128, 1.3M parameters; Python overhead dominates
+its steps) and ``small`` (12 layers, hidden 768, 8 experts, 153M parameters; the
+matmuls and the delta rule dominate, so kernels matter). The weights come from
+``transformers``' ``AutoModelForCausalLM.from_config`` with a fixed seed, written by
+``save_pretrained`` (Moonshot's tensor names). The tokenizer is a byte-level BPE
+(``tokenizers``) trained here on a generated word list to exactly the model's vocabulary:
+``<pad>`` 0, ``<s>`` 1, ``</s>`` 2 (end of sequence), the 256 bytes, then merges, so every
+id the model can emit decodes to text.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any
 
 from swarmfab.errors import EngineError
 
-__all__ = ["TINY_CONFIG", "make_tiny_checkpoint"]
+__all__ = ["CHECKPOINTS", "SMALL_CONFIG", "TINY_CONFIG", "make_checkpoint",
+           "make_tiny_checkpoint"]
 
 TINY_CONFIG: dict[str, Any] = {
     "vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
@@ -27,15 +31,26 @@ TINY_CONFIG: dict[str, Any] = {
     "linear_attn_config": {"kda_layers": [1, 2, 3], "full_attn_layers": [4], "head_dim": 32,
                            "num_heads": 4, "short_conv_kernel_size": 4},
 }
+SMALL_CONFIG: dict[str, Any] = {
+    "vocab_size": 2048, "hidden_size": 768, "intermediate_size": 2048,
+    "moe_intermediate_size": 512, "num_hidden_layers": 12, "num_attention_heads": 12,
+    "num_key_value_heads": 12, "kv_lora_rank": 256, "qk_rope_head_dim": 0,
+    "qk_nope_head_dim": 64, "v_head_dim": 64, "num_experts": 8, "num_experts_per_tok": 2,
+    "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+    "linear_attn_config": {"kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11],
+                           "full_attn_layers": [4, 8, 12], "head_dim": 64, "num_heads": 12,
+                           "short_conv_kernel_size": 4},
+}
+CHECKPOINTS = {"tiny": TINY_CONFIG, "small": SMALL_CONFIG}
 _SPECIALS = ["<pad>", "<s>", "</s>"]
 
 
-def _corpus(seed: int) -> list[str]:
-    """Pseudo-words over a small alphabet: enough repeated pairs for 253 merges."""
+def _corpus(seed: int, vocab_size: int) -> list[str]:
+    """Pseudo-words over a small alphabet: enough repeated pairs for every merge."""
     rng = random.Random(seed)
     syllables = ["ka", "ne", "ri", "to", "su", "mo", "la", "di", "ven", "kor", "th", "an"]
     words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4)))
-             for _ in range(400)]
+             for _ in range(400 if vocab_size <= 512 else 3 * vocab_size // 2)]
     return [" ".join(rng.choice(words) for _ in range(12)) for _ in range(2000)]
 
 
@@ -48,7 +63,7 @@ def _tokenizer(vocab_size: int, seed: int) -> Any:
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=_SPECIALS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tokenizer.train_from_iterator(_corpus(seed), trainer)
+    tokenizer.train_from_iterator(_corpus(seed, vocab_size), trainer)
     if tokenizer.get_vocab_size() != vocab_size:
         raise EngineError(f"tiny tokenizer has {tokenizer.get_vocab_size()} entries, "
                           f"wanted {vocab_size}")
@@ -56,7 +71,15 @@ def _tokenizer(vocab_size: int, seed: int) -> Any:
 
 
 def make_tiny_checkpoint(directory: Path, seed: int = 0) -> Path:
+    """The tiny checkpoint in ``directory`` (see :func:`make_checkpoint`)."""
+    return make_checkpoint(directory, "tiny", seed)
+
+
+def make_checkpoint(directory: Path, size: str = "tiny", seed: int = 0) -> Path:
     """Write config.json, model.safetensors, tokenizer.json and tokenizer_config.json."""
+    if size not in CHECKPOINTS:
+        raise EngineError(f"no checkpoint size {size!r}; choose from {sorted(CHECKPOINTS)}")
+    config = CHECKPOINTS[size]
     try:
         import torch
         from transformers import AutoModelForCausalLM, KimiLinearConfig
@@ -65,9 +88,9 @@ def make_tiny_checkpoint(directory: Path, seed: int = 0) -> Path:
                           "pip install 'swarmfab[engine]'") from exc
     directory.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(KimiLinearConfig(**TINY_CONFIG)).eval()
+    model = AutoModelForCausalLM.from_config(KimiLinearConfig(**config)).eval()
     model.save_pretrained(str(directory))
-    tokenizer = _tokenizer(int(TINY_CONFIG["vocab_size"]), seed)
+    tokenizer = _tokenizer(int(config["vocab_size"]), seed)
     tokenizer.save(str(directory / "tokenizer.json"))
     (directory / "tokenizer_config.json").write_text(json.dumps({
         "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>",
@@ -76,9 +99,9 @@ def make_tiny_checkpoint(directory: Path, seed: int = 0) -> Path:
     return directory
 
 
-if __name__ == "__main__":  # python -m swarmfab.engine.tiny DIR
+if __name__ == "__main__":  # python -m swarmfab.engine.tiny DIR [tiny|small]
     import sys
 
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m swarmfab.engine.tiny DIR")
-    print(make_tiny_checkpoint(Path(sys.argv[1])))
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: python -m swarmfab.engine.tiny DIR [tiny|small]")
+    print(make_checkpoint(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) == 3 else "tiny"))
