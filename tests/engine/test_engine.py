@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from swarmfab.backends.c import CBackend
-from swarmfab.engine.engine import EngineConfig, LLMEngine
+from swarmfab.engine.engine import BIG_MODEL_BYTES, EngineConfig, LLMEngine
 from swarmfab.engine.model import HybridModel
 from swarmfab.engine.request import FinishReason, SamplingParams
 from swarmfab.engine.slots import KernelSlots
@@ -41,7 +42,18 @@ def test_batched_greedy_output_equals_single_request_output(model: HybridModel) 
     batched = _engine(model, max_num_batched_tokens=24).generate(prompts, GREEDY)
     single = [_engine(model).generate([p], GREEDY)[0] for p in prompts]
     assert batched == single
+    # every prompt in the first step: prefill groups of unequal lengths, right-padded
+    assert _engine(model, max_num_batched_tokens=512).generate(prompts, GREEDY) == single
     assert all(len(out) == GREEDY.max_tokens for out in batched)
+
+
+def test_intra_op_threads_follow_the_model_size_unless_set(model: HybridModel) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    assert EngineConfig().intra_op_threads(model.weight_bytes) == max(1, cpus - 1)
+    assert EngineConfig().intra_op_threads(BIG_MODEL_BYTES) == cpus
+    assert EngineConfig(threads=3).intra_op_threads(model.weight_bytes) == 3
+    with pytest.raises(EngineError, match="threads"):
+        EngineConfig(threads=0)
 
 
 def test_engine_greedy_tokens_equal_transformers_generate(

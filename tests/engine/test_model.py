@@ -10,7 +10,7 @@ import torch
 
 from swarmfab.engine.cache import BlockPool, KvCache, StateSlots
 from swarmfab.engine.config import load_config
-from swarmfab.engine.model import HybridModel, StepBatch
+from swarmfab.engine.model import HybridModel, StepBatch, prefill_groups
 from swarmfab.errors import EngineError
 
 
@@ -55,3 +55,24 @@ def test_a_directory_without_a_checkpoint_is_refused_clearly(tmp_path: Path) -> 
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     with pytest.raises(EngineError, match="kimi_linear"):
         HybridModel.from_pretrained(tmp_path)
+
+
+def test_prefill_chunks_group_while_padding_stays_within_twice_the_real_tokens() -> None:
+    lens = (1, 1, 64, 2, 3)                    # two decodes, then chunks of 64, 2 and 3
+    rows = torch.zeros(sum(lens), dtype=torch.long)
+    batch = StepBatch(torch.zeros(sum(lens), dtype=torch.long), lens, 2, (7, 6, 5, 4, 3),
+                      rows, rows[None], lens, torch.arange(1))
+    groups = prefill_groups(batch)
+    # 64 and 3 pad to 128 <= 2 x 67; adding 2 would pad to 192 > 2 x 69
+    assert [g.seqs.tolist() for g in groups] == [[2, 4], [3]]
+    first = groups[0]
+    assert first.rows.shape == (2, 64) and first.lengths.tolist() == [64, 3]
+    assert first.rows[1, :3].tolist() == [68, 69, 70] and first.slots.tolist() == [5, 3]
+    assert not first.valid[1, 3:].any()
+    x = torch.arange(float(sum(lens)))[:, None]
+    padded = first.gather(x)
+    assert padded[1, 3:].eq(0).all() and padded[0, :, 0].tolist() == list(range(2, 66))
+    out = torch.full_like(x, -1.0)
+    first.scatter(out, padded)
+    assert out[2:66, 0].tolist() == list(range(2, 66)) and out[66:68].eq(-1).all()
+    assert out[68:71, 0].tolist() == [68, 69, 70]
