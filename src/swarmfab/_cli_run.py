@@ -156,9 +156,19 @@ def run(
     fail_if_no_champion: FailIfNoChampionOption = False,
     sizes: SizesOption = "auto",
 ) -> None:
-    """Optimise a workload: agents propose, every candidate is verified and benchmarked."""
-    from swarmfab.knowledge import Store
+    """Optimise a workload: agents propose, every candidate is verified and benchmarked.
 
+    A goal file with ``kind = "engine"`` tunes a whole serving engine instead."""
+    from swarmfab.knowledge import Store
+    from swarmfab.serving.goal import is_engine_goal
+
+    if target.endswith(".toml") and is_engine_goal(Path(target)):
+        from swarmfab._cli_engine import run_engine
+
+        run_engine(Path(target), budget=budget, db=Path(db), workdir=workdir, seed=seed,
+                   threads=threads, max_evaluations=max_evaluations,
+                   fail_if_no_champion=fail_if_no_champion)
+        return
     goal = _goal(target, budget, threads, seed, max_evaluations, workers, sizes)
     llm = {"provider": llm_provider, "base_url": llm_base_url, "model": llm_model,
            "api_key_env": llm_api_key_env, "budget_usd": llm_budget_usd}

@@ -53,6 +53,13 @@ def serve(
     kda_kernel: Annotated[Path | None, typer.Option(
         help="A KDA candidate file (C or Python, e.g. a champion's source) for both KDA "
              "slots instead of the PyTorch references.")] = None,
+    threads: Annotated[int | None, typer.Option(
+        min=1, help="Intra-op threads (default: every CPU for a model over 64 MiB, one "
+                    "fewer for a smaller one).")] = None,
+    recipe: Annotated[Path | None, typer.Option(
+        help="An engine recipe (an exported engine run's directory, or its recipe.json): "
+             "its settings replace the scheduling, memory, kernel and thread options.")]
+        = None,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (completions, chat, SSE)."""
     import uvicorn
@@ -67,8 +74,18 @@ def serve(
     config = EngineConfig(max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens,
                           block_size=block_size, kv_cache_bytes=kv_cache_mb << 20,
-                          max_model_len=max_model_len)
+                          max_model_len=max_model_len, threads=threads)
     slots = _kda_slots(kda_kernel) if kda_kernel else None
+    if recipe is not None:
+        from dataclasses import replace
+
+        from swarmfab.serving.recipe import read_recipe
+
+        chosen = read_recipe(recipe)
+        config = replace(chosen.engine_config(), max_model_len=max_model_len)
+        slots = chosen.kernel_slots(Path(".swarmfab") / "engine-kernels")
+        console.print(f"recipe {recipe}: {json.dumps(chosen.settings, sort_keys=True)}",
+                      highlight=False)
     # the engine's own loading checks config.json, the weights and the tokenizer: a
     # checkpoint it cannot serve is refused here, before anything is announced
     engine = LLMEngine.from_pretrained(model_dir, config, slots)

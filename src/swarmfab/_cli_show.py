@@ -132,6 +132,13 @@ def describe_goal(goal: dict[str, Any]) -> str:
     def get(*names: str) -> Any:
         return next((goal[name] for name in names if goal.get(name) is not None), None)
 
+    if goal.get("kind") == "engine":
+        limits = ", ".join(f"{k} {v:g}" for k, v in (goal.get("objective") or {}).items()
+                           if v is not None)
+        traffic = ", ".join(f"{k} {v}" for k, v in (goal.get("traffic") or {}).items())
+        return (f"engine for {get('model')}: {get('metric')} under {limits or '-'}; "
+                f"traffic {traffic}; budget {_seconds(get('budget_s', 'budget'))}, "
+                f"threads {get('threads')}, seed {get('seed')}")
     shapes = get("shapes")
     listed = ("; ".join(_shape_label(s) for s in shapes) if shapes
               else "the workload's default shapes")

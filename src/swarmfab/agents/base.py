@@ -14,19 +14,27 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from swarmfab.goal import Goal
 from swarmfab.kernels import DesignSpace, KnobValue
 from swarmfab.records import Candidate, Lesson, Verdict
 
-__all__ = ["Agent", "Context", "fresh_candidates"]
+__all__ = ["Agent", "Context", "SearchGoal", "fresh_candidates"]
+
+
+class SearchGoal(Protocol):
+    """What the built-in agents read of any goal they search for (an engine goal too)."""
+
+    @property
+    def threads(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Context:
     """What an agent may know when it proposes."""
 
-    goal: Goal
+    goal: Goal | SearchGoal  # builtin agents read only .threads; LLM agents need a Goal
     space: DesignSpace
     champion: Candidate | None
     evaluated: frozenset[str]  # judged in this run, or being evaluated now

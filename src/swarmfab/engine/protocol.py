@@ -36,6 +36,7 @@ class _Sampling(BaseModel):
     logprobs: Any = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    return_token_ids: bool = False  # vLLM's extension: each choice's token_ids (not streamed)
 
     @model_validator(mode="after")
     def _supported(self) -> _Sampling:

@@ -150,7 +150,8 @@ def create_app(engine: AsyncEngine, model_name: str, api_key: str | None = None)
         except EngineError as exc:
             return _error(400, str(exc))
         return await _respond(request, body.model or model_name, ids, params, body.stream,
-                              body.include_usage, chat=False)
+                              body.include_usage, chat=False,
+                              token_ids=body.return_token_ids)
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: ChatCompletionRequest, request: Request) -> Response | dict[str, Any]:
@@ -163,11 +164,12 @@ def create_app(engine: AsyncEngine, model_name: str, api_key: str | None = None)
         except EngineError as exc:
             return _error(400, str(exc))
         return await _respond(request, body.model or model_name, ids, params, body.stream,
-                              body.include_usage, chat=True)
+                              body.include_usage, chat=True,
+                              token_ids=body.return_token_ids)
 
     async def _respond(request: Request, model: str, ids: list[int], params: SamplingParams,
-                       stream: bool, include_usage: bool, *, chat: bool
-                       ) -> Response | dict[str, Any]:
+                       stream: bool, include_usage: bool, *, chat: bool,
+                       token_ids: bool = False) -> Response | dict[str, Any]:
         try:
             outputs = engine.generate(ids, params)
             first = await anext(outputs)
@@ -180,7 +182,7 @@ def create_app(engine: AsyncEngine, model_name: str, api_key: str | None = None)
         collected = await _collect_unless_gone(request, first, outputs)
         if collected is None:
             return _error(499, "client closed the request")
-        return shape.whole(collected)
+        return shape.whole(collected, token_ids)
 
     return app
 
@@ -224,11 +226,13 @@ class _Shape:
                 "completion_tokens": last.completion_tokens,
                 "total_tokens": last.prompt_tokens + last.completion_tokens}
 
-    def whole(self, outputs: list[RequestOutput]) -> dict[str, Any]:
+    def whole(self, outputs: list[RequestOutput], token_ids: bool = False) -> dict[str, Any]:
         text = "".join(o.text for o in outputs)
         last = outputs[-1]
         reason = last.finish_reason.value if last.finish_reason else None
         choice: dict[str, Any] = {"index": 0, "finish_reason": reason, "logprobs": None}
+        if token_ids:
+            choice["token_ids"] = [t for o in outputs for t in o.token_ids]
         if self.chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:

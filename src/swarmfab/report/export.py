@@ -39,6 +39,10 @@ def export_champion(store: Store, run_id: str | None, out: Path, name: str | Non
     if run.champion_id is None:
         raise StoreError(f"run {run.id} has no champion to export (status: {run.status})")
     champion = store.candidate(run.champion_id)
+    if champion.backend == "engine-recipe":
+        from swarmfab.serving.export import export_recipe
+
+        return export_recipe(store, run, champion, out, name)
     if champion.backend == "torch-module":
         return _export_module(store, run, champion, out)
     if champion.backend != "c":

@@ -27,7 +27,7 @@ from swarmfab.agents.llm.prompts import describe_verdict, repair_message, system
 from swarmfab.agents.llm.providers import Completion, Message, Provider
 from swarmfab.agents.llm.spend import Spend
 from swarmfab.errors import ProviderError
-from swarmfab.goal import LLMSettings
+from swarmfab.goal import Goal, LLMSettings
 from swarmfab.records import Candidate, Status, Verdict
 
 __all__ = ["MAX_COOLDOWN", "LLMAgent"]
@@ -218,6 +218,7 @@ class LLMAgent(Agent):
             raise EditError("the edit leaves the file unchanged: propose an actual change")
         base = attempt.base
         note = f" (repair {attempt.turn})" if attempt.turn else ""
+        assert isinstance(context.goal, Goal), "LLM agents work on kernel goals"
         candidate = Candidate(
             workload=context.goal.workload, backend=base.backend,
             sources={**base.sources, base.entry: source}, entry=base.entry, flags=base.flags,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from swarmfab.agents.base import Context
 from swarmfab.agents.llm.prompts import ROLE_FOCUS, describe_verdict, workload_notes
 from swarmfab.agents.llm.providers import estimate_tokens
+from swarmfab.goal import Goal
 from swarmfab.records import Candidate, Status, Verdict
 from swarmfab.workloads import get_workload
 
@@ -73,6 +74,7 @@ def build_sections(context: Context, role: str, base: Candidate,
                    history: tuple[str, ...] = ()) -> list[Section]:
     """The sections of a fresh proposal's prompt, most important first."""
     goal = context.goal
+    assert isinstance(goal, Goal), "LLM agents work on kernel goals"
     shapes = ", ".join(shape.label for shape in goal.target_shapes())
     workload = get_workload(goal.workload)
     goal_lines = (

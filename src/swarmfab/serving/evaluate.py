@@ -1,0 +1,282 @@
+"""Evaluating an engine recipe: start it, verify its tokens, load it beside the incumbent.
+
+A candidate engine is ``swarmfab serve MODEL --recipe FILE`` in a child process of its
+own session on a loopback port: the engine's own code with settings and kernels that the
+kernel factory verified, so it needs no syscall filter, but everything it does is
+bounded: startup by ``startup_timeout``, every request by the load's timeout, and a
+process that dies or hangs becomes a verdict (crashed, timed out), never a stuck run.
+
+Verification first: greedy tokens of a fixed prompt set (sent together, so they batch)
+must equal the reference engine's, the default recipe's. Then ``loadgen`` drives the
+incumbent and the candidate alternately with the goal's traffic, one load run each per
+round, until the 95% interval of the paired ratio of the goal's metric is narrow enough
+(or the rounds run out). The verdict's timing is a time ratio, as for kernels: the
+incumbent's metric over the candidate's (below 1: the candidate serves more), so the
+kernel gate judges engines unchanged. A candidate whose median p99 latency breaks the
+objective is rejected, however fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from swarmfab.engine.loadgen import LoadSpec, random_prompts, run_load
+from swarmfab.measure.stats import classify, median_ci, paired_ratio
+from swarmfab.records import CheckResult, Estimate, ShapeTiming, Status, Verdict
+from swarmfab.serving.goal import EngineGoal
+
+__all__ = ["EngineProcess", "EngineStartError", "LoadRound", "compare", "greedy_tokens",
+           "load_once", "metric_of", "objective_check", "verify_tokens"]
+
+
+class EngineStartError(RuntimeError):
+    """The engine process exited or did not answer /health in time (``log``: its tail)."""
+
+    def __init__(self, message: str, log: str, timed_out: bool = False):
+        super().__init__(message)
+        self.log = log
+        self.timed_out = timed_out
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class EngineProcess:
+    """``swarmfab serve`` of one recipe, in its own session; a context manager."""
+
+    def __init__(self, model_dir: Path, recipe_file: Path, log_file: Path):
+        self.model_dir = model_dir
+        self.recipe_file = recipe_file
+        self.log_file = log_file
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float) -> EngineProcess:
+        command = [sys.executable, "-m", "swarmfab", "serve", str(self.model_dir),
+                   "--port", str(self.port), "--recipe", str(self.recipe_file)]
+        env = {**os.environ, "SWARMFAB_API_KEY": ""}
+        with self.log_file.open("wb") as log:
+            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                             env=env, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise EngineStartError(
+                    f"the engine exited with status {self._process.returncode} before "
+                    "serving", self.log_tail())
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise EngineStartError(f"the engine did not answer /health within {timeout_s:.0f} s",
+                               self.log_tail(), timed_out=True)
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=15)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=15)
+
+    def __enter__(self) -> EngineProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# -- verification ------------------------------------------------------------------------
+def verify_prompts(goal: EngineGoal, vocab: int) -> list[list[int]]:
+    """The fixed verification prompts: lengths spread from 1 to twice the traffic's."""
+    count = goal.verify_prompts
+    longest = max(2, 2 * goal.traffic.input_len)
+    lengths = [1 + (longest - 1) * i // max(1, count - 1) for i in range(count)]
+    prompts = random_prompts(count, max(lengths), vocab, goal.seed + 7919)
+    return [prompt[:length] for prompt, length in zip(prompts, lengths, strict=True)]
+
+
+async def _greedy(url: str, prompts: list[list[int]], max_tokens: int, timeout_s: float
+                  ) -> list[list[int]]:
+    async with httpx.AsyncClient(base_url=url, timeout=timeout_s) as client:
+        async def one(prompt: list[int]) -> list[int]:
+            response = await client.post("/v1/completions", json={
+                "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+                "ignore_eos": True, "return_token_ids": True})
+            response.raise_for_status()
+            return list(response.json()["choices"][0]["token_ids"])
+
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+
+def greedy_tokens(url: str, prompts: list[list[int]], max_tokens: int,
+                  timeout_s: float = 120.0) -> list[list[int]]:
+    """Greedy output ids of every prompt, all sent at once (so they share steps)."""
+    return asyncio.run(_greedy(url, prompts, max_tokens, timeout_s))
+
+
+def verify_tokens(reference: list[list[int]], got: list[list[int]]) -> list[CheckResult]:
+    """One check per prompt: the same greedy tokens as the reference engine."""
+    checks = []
+    for index, (want, have) in enumerate(zip(reference, got, strict=True)):
+        first = next((i for i, (a, b) in enumerate(zip(want, have, strict=False)) if a != b),
+                     None if len(want) == len(have) else min(len(want), len(have)))
+        detail = ("same greedy tokens" if first is None else
+                  f"token {first} differs: reference {want[first:first + 3]}, "
+                  f"candidate {have[first:first + 3]}")
+        checks.append(CheckResult(f"prompt {index} ({len(want)} tokens)", "greedy-tokens",
+                                  first is None, detail))
+    return checks
+
+
+# -- measurement -------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LoadRound:
+    """One load run's figures that the factory keeps."""
+
+    metric: float
+    p99_ttft_ms: float
+    p99_tpot_ms: float
+    output_throughput: float
+    request_goodput: float
+    failed: int
+
+
+def metric_of(result: dict[str, Any], goal: EngineGoal) -> LoadRound:
+    """Goodput (requests/s meeting the objective) or output tokens/s when the run's p99
+    meets it (else 0: throughput out of objective is worth nothing)."""
+    goodput = float(result["request_goodput"] or 0.0)
+    ttft, tpot = float(result["p99_ttft_ms"]), float(result["p99_tpot_ms"])
+    if goal.metric == "goodput":
+        metric = goodput
+    else:
+        limits = goal.objective
+        within = ((limits.p99_ttft_ms is None or ttft <= limits.p99_ttft_ms)
+                  and (limits.p99_tpot_ms is None or tpot <= limits.p99_tpot_ms))
+        metric = float(result["output_throughput"]) if within else 0.0
+    return LoadRound(metric, ttft, tpot, float(result["output_throughput"]), goodput,
+                     int(result["failed"]))
+
+
+def load_once(url: str, goal: EngineGoal, seed: int) -> LoadRound:
+    """One load run of the goal's traffic (with one warm-up request)."""
+    traffic = goal.traffic
+    spec = LoadSpec(base_url=url, num_prompts=traffic.num_prompts,
+                    input_len=traffic.input_len, output_len=traffic.output_len,
+                    request_rate=traffic.request_rate, burstiness=traffic.burstiness,
+                    max_concurrency=traffic.concurrency, num_warmups=1, seed=seed,
+                    goodput=goal.objective.slos(), timeout_s=120.0)
+    return metric_of(asyncio.run(run_load(spec)), goal)
+
+
+@dataclass(slots=True)
+class Comparison:
+    """Paired load rounds of an incumbent and a candidate."""
+
+    incumbent: list[LoadRound] = field(default_factory=list)
+    candidate: list[LoadRound] = field(default_factory=list)
+
+    def ratio(self) -> Estimate:
+        """Incumbent metric / candidate metric per round (a time ratio: < 1 is better)."""
+        floor = 1e-9  # a round where nothing met the objective
+        return paired_ratio([max(r.metric, floor) for r in self.incumbent],
+                            [max(r.metric, floor) for r in self.candidate])
+
+
+def compare(incumbent_url: str, candidate_url: str, goal: EngineGoal,
+            deadline: float) -> Comparison:
+    """Alternate load runs (candidate first on odd rounds) until the interval is narrow,
+    ``max_rounds`` are done, or the next round would pass ``deadline`` (monotonic)."""
+    pair = Comparison()
+    round_s = 0.0
+    for index in range(goal.max_rounds):
+        if index >= goal.min_rounds:
+            ratio = pair.ratio()
+            if ratio.median > 0 and (ratio.high - ratio.low) / ratio.median < goal.ci_width:
+                break
+        if index >= 2 and time.monotonic() + round_s > deadline:
+            break
+        started = time.monotonic()
+        order = [(incumbent_url, pair.incumbent), (candidate_url, pair.candidate)]
+        for url, rounds in order if index % 2 == 0 else reversed(order):
+            rounds.append(load_once(url, goal, goal.seed + index))
+        round_s = time.monotonic() - started
+    return pair
+
+
+def objective_check(rounds: list[LoadRound], goal: EngineGoal) -> CheckResult:
+    """The median over rounds of each p99 against the objective."""
+    ttft = statistics.median(r.p99_ttft_ms for r in rounds)
+    tpot = statistics.median(r.p99_tpot_ms for r in rounds)
+    limits = goal.objective
+    broken = [f"p99 {name} {value:.1f} ms > {limit:g} ms"
+              for name, value, limit in (("TTFT", ttft, limits.p99_ttft_ms),
+                                         ("TPOT", tpot, limits.p99_tpot_ms))
+              if limit is not None and value > limit]
+    failed = sum(r.failed for r in rounds)
+    if failed:
+        broken.append(f"{failed} request(s) failed")
+    detail = "; ".join(broken) or f"p99 TTFT {ttft:.1f} ms, p99 TPOT {tpot:.1f} ms"
+    return CheckResult("traffic", "objective", not broken, detail)
+
+
+def comparison_verdict(candidate_id: str, incumbent_id: str, pair: Comparison,
+                       checks: list[CheckResult], goal: EngineGoal, elapsed_s: float
+                       ) -> Verdict:
+    """The verdict of a verified candidate measured against the incumbent."""
+    objective = objective_check(pair.candidate, goal)
+    ratio = pair.ratio()
+    per_unit = [1 / r.metric if r.metric > 0 else math.inf for r in pair.candidate]
+    per_unit_incumbent = [1 / r.metric if r.metric > 0 else math.inf for r in pair.incumbent]
+    timing = ShapeTiming(
+        shape=goal.traffic.label(), incumbent=incumbent_id,
+        candidate_s=_estimate(per_unit), incumbent_s=_estimate(per_unit_incumbent),
+        ratio=ratio, comparison=classify(ratio), samples=len(pair.candidate))
+    status = Status.ACCEPTED if objective.passed else Status.REJECTED
+    reason = (f"{goal.metric} x{1 / ratio.median:.2f} "
+              f"[{1 / ratio.high:.2f}, {1 / ratio.low:.2f}] over {incumbent_id}"
+              if objective.passed else f"objective not met: {objective.detail}")
+    return Verdict(candidate_id, status, reason, tuple([*checks, objective]), (timing,),
+                   elapsed_s)
+
+
+def _estimate(values: list[float]) -> Estimate:
+    finite = [v for v in values if math.isfinite(v)]
+    if len(finite) < len(values) or not finite:
+        return Estimate(math.inf, math.inf, math.inf)
+    return median_ci(finite)

@@ -1,0 +1,271 @@
+"""The engine factory's loop: recipes proposed by domain agents, verified, measured, gated.
+
+One evaluation at a time: the candidates share the machine with the load generator, and
+a measurement is only worth anything on a machine doing nothing else. The loop is the
+kernel factory's in miniature, with the same parts:
+
+1. the default recipe starts; its greedy tokens on the verification prompts are the
+   reference, and it is the first incumbent;
+2. the built-in bandit agents, one per domain of :func:`~swarmfab.serving.recipe.engine_space`,
+   propose in turn around the champion, credited by the verdicts as for kernels;
+3. each candidate starts, is verified, and is loaded alternately with the incumbent
+   (:mod:`~swarmfab.serving.evaluate`); the kernel gate (:func:`~swarmfab.swarm.gate.judge`)
+   crowns it only when it serves more with statistical support and meets the objective;
+4. at the end the default and the champion are measured side by side again, so the
+   gain the run reports is one measurement, not a product of steps.
+
+Every verdict goes to the store as it arrives (run, candidates with their recipe as
+source, verdicts, champion, events), so ``show``, ``runs`` and ``report`` read an engine
+run as they read a kernel run, and ``export`` writes its recipe.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from swarmfab.agents.base import Context
+from swarmfab.agents.builtin.bandit import bandit_agents
+from swarmfab.knowledge import Store
+from swarmfab.records import Candidate, CheckResult, Estimate, Status, Verdict
+from swarmfab.serving.evaluate import (
+    EngineProcess,
+    EngineStartError,
+    compare,
+    comparison_verdict,
+    greedy_tokens,
+    objective_check,
+    verify_prompts,
+    verify_tokens,
+)
+from swarmfab.serving.goal import EngineGoal
+from swarmfab.serving.recipe import engine_space
+from swarmfab.swarm.gate import judge
+
+__all__ = ["EngineRunResult", "run_engine_goal"]
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRunResult:
+    run_id: str
+    default_id: str
+    champion_id: str
+    champion_settings: dict[str, Any]
+    evaluations: int
+    gain: Estimate | None            # the champion's metric over the default's
+    default_metric: float
+    champion_metric: float
+
+
+class _Budget:
+    def __init__(self, seconds: float, started: float):
+        self.end = started + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+
+def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
+                    started: float | None = None) -> EngineRunResult:
+    """Search engine recipes for ``goal`` within its budget, counted from ``started``
+    (``time.monotonic()``; now by default)."""
+    budget = _Budget(goal.budget_s, time.monotonic() if started is None else started)
+    from swarmfab.swarm.hosts import host_record
+
+    model_dir = goal.model_dir(workdir / "checkpoints")
+    space = engine_space(goal.threads)
+    run_id = store.start_run("engine", goal.model_dump(mode="json", by_alias=True),
+                             host_record(goal.threads, "c"))
+    workdir = workdir / "engine-runs" / run_id
+    workdir.mkdir(parents=True, exist_ok=True)
+    log(f"engine run {run_id}: {model_dir}, traffic {goal.traffic.label()}, "
+        f"metric {goal.metric}, budget {goal.budget_s:.0f} s")
+    default = space.instantiate(space.default(), threads=goal.threads, agent="default",
+                                rationale="the engine's default settings")
+    search = _Search(goal, store, run_id, model_dir, workdir, budget, log)
+    try:
+        result = search.run(default, space)
+    except BaseException:
+        store.finish_run(run_id, "failed", {"evaluations": search.evaluations})
+        raise
+    finally:
+        search.close()
+    store.finish_run(run_id, "finished", {
+        "champion": result.champion_id, "default": result.default_id,
+        "evaluations": result.evaluations, "metric": goal.metric,
+        "gain": None if result.gain is None else [result.gain.median, result.gain.low,
+                                                  result.gain.high],
+        "default_metric": result.default_metric, "champion_metric": result.champion_metric})
+    return result
+
+
+class _Search:
+    def __init__(self, goal: EngineGoal, store: Store, run_id: str, model_dir: Path,
+                 workdir: Path, budget: _Budget, log: Log):
+        self.goal, self.store, self.run_id = goal, store, run_id
+        self.model_dir, self.workdir, self.budget, self.log = model_dir, workdir, budget, log
+        self.evaluations = 0
+        self.incumbent: EngineProcess | None = None
+        self.eval_s = 0.0  # the longest evaluation so far: whether another still fits
+
+    def close(self) -> None:
+        if self.incumbent is not None:
+            self.incumbent.stop()
+
+    def _process(self, candidate: Candidate) -> EngineProcess:
+        directory = self.workdir / candidate.id
+        directory.mkdir(exist_ok=True)
+        recipe = directory / candidate.entry
+        recipe.write_text(candidate.sources[candidate.entry])
+        return EngineProcess(self.model_dir, recipe, directory / "engine.log")
+
+    def run(self, default: Candidate, space: Any) -> EngineRunResult:
+        goal = self.goal
+        started = time.monotonic()
+        self.incumbent = self._process(default).start(
+            min(goal.startup_timeout_s, max(1.0, self.budget.left())))
+        prompts = verify_prompts(goal, _vocab(self.incumbent.url))
+        reference = greedy_tokens(self.incumbent.url, prompts, goal.verify_tokens)
+        baseline = compare(self.incumbent.url, self.incumbent.url, goal,
+                           time.monotonic() + max(0.0, self.budget.left() / 4))
+        objective = objective_check(baseline.incumbent, goal)
+        self.store.record(self.run_id, default, Verdict(
+            default.id, Status.ACCEPTED, f"the reference engine; {objective.detail}",
+            (CheckResult("prompts", "reference", True, "the reference tokens"), objective),
+            elapsed_s=time.monotonic() - started))
+        self.store.set_champion(self.run_id, default.id)
+        self.log(f"default: {goal.metric} {_median(baseline.incumbent):.3g}; "
+                 f"{objective.detail}")
+        self.eval_s = time.monotonic() - started
+        champion, evaluated = default, {default.id}
+        recent: list[Verdict] = []
+        agents = bandit_agents(space.knobs)
+        rng = random.Random(goal.seed)
+        turn = idle = 0
+        closing_s = 2 * self.eval_s
+        while idle < len(agents) and self.budget.left() > self.eval_s + closing_s:
+            if goal.max_evaluations is not None and self.evaluations >= goal.max_evaluations:
+                break
+            agent = agents[turn % len(agents)]
+            turn += 1
+            context = Context(goal=goal, space=space, champion=champion,
+                              evaluated=frozenset(evaluated), recent=tuple(recent), rng=rng)
+            proposals = agent.propose(context, 1)
+            if not proposals:
+                idle += 1
+                continue
+            idle = 0
+            candidate = proposals[0]
+            evaluated.add(candidate.id)
+            verdict, process = self._evaluate(candidate, champion.id, prompts, reference,
+                                               closing_s)
+            self.evaluations += 1
+            recent.append(verdict)
+            self.store.record(self.run_id, candidate, verdict)
+            decision = judge(verdict)
+            changed = {k: v for k, v in candidate.knobs.items()
+                       if champion.knobs.get(k) != v}
+            self.log(f"[{self.evaluations}] {agent.role}: {_knobs(changed)} -> "
+                     f"{verdict.status.value}: {verdict.reason}"
+                     f"{'  CROWNED' if decision.promote else ''}")
+            if decision.promote and process is not None:
+                assert self.incumbent is not None
+                self.incumbent.stop()
+                self.incumbent, champion = process, candidate
+                self.store.set_champion(self.run_id, candidate.id)
+                self.store.record_event(self.run_id, "champion",
+                                        f"{candidate.id}: {_knobs(changed)}; {decision.reason}")
+            elif process is not None:
+                process.stop()
+        return self._closing(default, champion)
+
+    def _evaluate(self, candidate: Candidate, incumbent_id: str, prompts: list[list[int]],
+                  reference: list[list[int]], closing_s: float
+                  ) -> tuple[Verdict, EngineProcess | None]:
+        """The verdict, and the candidate's running process when it was measured."""
+        started = time.monotonic()
+        process = self._process(candidate)
+
+        def failed(status: Status, reason: str, log: str = "") -> tuple[Verdict, None]:
+            process.stop()
+            return Verdict(candidate.id, status, reason, elapsed_s=time.monotonic() - started,
+                           diagnostics=(log,) if log else ()), None
+
+        try:
+            process.start(min(self.goal.startup_timeout_s,
+                              max(1.0, self.budget.left() - closing_s)))
+        except EngineStartError as exc:
+            return failed(Status.TIMED_OUT if exc.timed_out else Status.CRASHED, str(exc),
+                          exc.log)
+        try:
+            got = greedy_tokens(process.url, prompts, self.goal.verify_tokens)
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            return failed(Status.CRASHED, f"verification requests failed: {exc}",
+                          process.log_tail())
+        checks = verify_tokens(reference, got)
+        wrong = [c for c in checks if not c.passed]
+        if wrong:
+            process.stop()
+            return Verdict(candidate.id, Status.REJECTED,
+                           f"changes tokens on {len(wrong)}/{len(checks)} prompts "
+                           f"({wrong[0].case}: {wrong[0].detail})", tuple(checks),
+                           elapsed_s=time.monotonic() - started), None
+        assert self.incumbent is not None
+        try:
+            pair = compare(self.incumbent.url, process.url, self.goal,
+                           time.monotonic() + max(0.0, self.budget.left() - closing_s))
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            status = Status.CRASHED if not process.alive() else Status.REJECTED
+            return failed(status, f"load failed: {exc}", process.log_tail())
+        self.eval_s = max(self.eval_s, time.monotonic() - started)
+        verdict = comparison_verdict(candidate.id, incumbent_id, pair, checks, self.goal,
+                                     time.monotonic() - started)
+        return verdict, process
+
+    def _closing(self, default: Candidate, champion: Candidate) -> EngineRunResult:
+        """Default and champion side by side once more: the run's gain."""
+        assert self.incumbent is not None
+        gain: Estimate | None = None
+        default_metric = champion_metric = 0.0
+        if champion.id == default.id:
+            self.log("no recipe beat the default settings")
+        else:
+            with self._process(default) as reference:
+                reference.start(min(self.goal.startup_timeout_s,
+                                    max(1.0, self.budget.left())))
+                pair = compare(reference.url, self.incumbent.url, self.goal,
+                               time.monotonic() + max(0.0, self.budget.left() - 5))
+            ratio = pair.ratio()
+            gain = ratio.inverted()
+            default_metric, champion_metric = _median(pair.incumbent), _median(pair.candidate)
+            self.store.record_event(self.run_id, "closing", json.dumps({
+                "gain": [gain.median, gain.low, gain.high], "rounds": len(pair.candidate),
+                "default": default_metric, "champion": champion_metric}))
+            self.log(f"champion {champion.id} against the default, side by side: "
+                     f"{self.goal.metric} {default_metric:.3g} -> {champion_metric:.3g}, "
+                     f"x{gain.median:.2f} [{gain.low:.2f}, {gain.high:.2f}]")
+        return EngineRunResult(self.run_id, default.id, champion.id, dict(champion.knobs),
+                               self.evaluations, gain, default_metric, champion_metric)
+
+
+def _vocab(url: str) -> int:
+    card = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]
+    return int(card.get("vocab_size", 256))
+
+
+def _median(rounds: list[Any]) -> float:
+    values = sorted(r.metric for r in rounds)
+    return values[len(values) // 2] if values else 0.0
+
+
+def _knobs(setting: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(setting.items())) or "(no change)"

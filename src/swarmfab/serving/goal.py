@@ -1,0 +1,190 @@
+"""The engine goal: a model, its traffic and a latency objective, validated up front.
+
+A TOML file with ``kind = "engine"``::
+
+    kind = "engine"
+    model = "random:small"        # a checkpoint directory, or random:tiny / random:small
+    budget = "10m"
+    metric = "goodput"            # or "output_throughput" (tokens/s within the objective)
+
+    [traffic]
+    input_len = 64
+    output_len = 32
+    num_prompts = 32
+    concurrency = 8               # a closed loop; or request_rate (+ burstiness)
+
+    [objective]
+    p99_ttft_ms = 2000
+    p99_tpot_ms = 150
+
+Every mistake becomes one :class:`~swarmfab.errors.GoalError` naming the field, as for
+kernel goals. ``random:SIZE`` models are made locally once (same maker as the tests) and
+kept under the work directory's ``checkpoints``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from swarmfab.errors import GoalError
+from swarmfab.goal import parse_duration
+
+__all__ = ["EngineGoal", "Objective", "Traffic", "is_engine_goal", "load_engine_goal"]
+
+RANDOM_PREFIX = "random:"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Traffic(_Strict):
+    """The requests a measurement sends: random token-id prompts, greedy, EOS ignored."""
+
+    input_len: Annotated[int, Field(ge=1, le=65_536)] = 32
+    output_len: Annotated[int, Field(ge=2, le=65_536)] = 32
+    num_prompts: Annotated[int, Field(ge=2, le=100_000)] = 32
+    concurrency: Annotated[int | None, Field(ge=1, le=4096)] = 8
+    request_rate: Annotated[float, Field(gt=0)] = math.inf
+    burstiness: Annotated[float, Field(gt=0)] = 1.0
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Traffic:
+        if self.concurrency is None and math.isinf(self.request_rate):
+            raise ValueError("give a concurrency (closed loop) or a finite request_rate "
+                             "(open loop); both unbounded would send every request at once")
+        return self
+
+    def label(self) -> str:
+        arrivals = (f"c{self.concurrency}" if math.isinf(self.request_rate)
+                    else f"{self.request_rate:g} req/s")
+        return f"{arrivals} in{self.input_len} out{self.output_len}"
+
+
+class Objective(_Strict):
+    """Latency a served request must meet (ms); at least one."""
+
+    p99_ttft_ms: Annotated[float | None, Field(gt=0)] = None
+    p99_tpot_ms: Annotated[float | None, Field(gt=0)] = None
+
+    @model_validator(mode="after")
+    def _some(self) -> Objective:
+        if self.p99_ttft_ms is None and self.p99_tpot_ms is None:
+            raise ValueError("name p99_ttft_ms, p99_tpot_ms or both")
+        return self
+
+    def slos(self) -> dict[str, float]:
+        """loadgen's goodput SLOs: metric -> ms."""
+        return {name: limit for name, limit in (("ttft", self.p99_ttft_ms),
+                                                ("tpot", self.p99_tpot_ms))
+                if limit is not None}
+
+
+class EngineGoal(_Strict):
+    kind: Literal["engine"]
+    model: str
+    traffic: Traffic = Traffic()
+    objective: Objective
+    metric: Literal["goodput", "output_throughput"] = "goodput"
+    budget_s: Annotated[float, Field(alias="budget")] = 600.0
+    max_evaluations: Annotated[int | None, Field(ge=1)] = None
+    threads: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default_factory=lambda: len(os.sched_getaffinity(0)))
+    seed: Annotated[int, Field(ge=0)] = 0
+    # verification: greedy tokens of these prompts must equal the reference engine's
+    verify_prompts: Annotated[int, Field(ge=1, le=256)] = 8
+    verify_tokens: Annotated[int, Field(ge=1, le=1024)] = 16
+    # measurement: alternate incumbent and candidate for at least min_rounds load runs
+    # each, and until the ratio's 95% interval is narrower than ci_width (or max_rounds)
+    min_rounds: Annotated[int, Field(ge=2, le=50)] = 3
+    max_rounds: Annotated[int, Field(ge=2, le=100)] = 8
+    ci_width: Annotated[float, Field(gt=0, le=1)] = 0.10
+    startup_timeout_s: Annotated[float, Field(alias="startup_timeout", gt=0)] = 180.0
+
+    @field_validator("budget_s", "startup_timeout_s", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, model: str) -> str:
+        if model.startswith(RANDOM_PREFIX):
+            from swarmfab.engine.tiny import CHECKPOINTS
+
+            size = model[len(RANDOM_PREFIX):]
+            if size not in CHECKPOINTS:
+                raise ValueError(f"no random checkpoint {size!r}; choose from "
+                                 f"{', '.join(RANDOM_PREFIX + s for s in sorted(CHECKPOINTS))}")
+        return model
+
+    @model_validator(mode="after")
+    def _rounds(self) -> EngineGoal:
+        if self.max_rounds < self.min_rounds:
+            raise ValueError(f"max_rounds ({self.max_rounds}) is below min_rounds "
+                             f"({self.min_rounds})")
+        return self
+
+    def model_dir(self, cache: Path) -> Path:
+        """The checkpoint directory, made first for a ``random:`` model."""
+        if not self.model.startswith(RANDOM_PREFIX):
+            path = Path(self.model)
+            if not (path / "config.json").is_file():
+                raise GoalError(f"model {path} is not a checkpoint directory (no "
+                                "config.json); give one, or random:tiny / random:small")
+            return path
+        from swarmfab.engine.tiny import make_checkpoint
+
+        size = self.model[len(RANDOM_PREFIX):]
+        directory = cache / f"{size}-seed{self.seed}"
+        if not (directory / "tokenizer_config.json").is_file():  # written last
+            make_checkpoint(directory, size, self.seed)
+        return directory
+
+
+def is_engine_goal(path: Path) -> bool:
+    """True when a goal file says ``kind = "engine"`` (False when it cannot be read:
+    the kernel goal loader then says why)."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8")).get("kind") == "engine"
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+
+
+def load_engine_goal(path: Path, **changes: Any) -> EngineGoal:
+    """Read and validate an engine goal; ``changes`` (not None) replace the file's values.
+    A relative model directory is taken relative to the goal file."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise GoalError(f"goal file {path} does not exist") from exc
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise GoalError(f"goal file {path} cannot be read: {exc}") from exc
+    data.update({k: v for k, v in changes.items() if v is not None})
+    model = data.get("model")
+    if isinstance(model, str) and not model.startswith(RANDOM_PREFIX) \
+            and not Path(model).is_absolute():
+        data["model"] = str((path.parent / model).resolve())
+    return validate_engine_goal(data, str(path))
+
+
+def validate_engine_goal(data: dict[str, Any], source: str) -> EngineGoal:
+    try:
+        return EngineGoal.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"invalid engine goal ({source}):"]
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+            given = error.get("input")
+            shown = "" if isinstance(given, dict) else f" (got {given!r})"
+            message = ("unknown key" if error["type"] == "extra_forbidden"
+                       else error["msg"])
+            lines.append(f"  {where}: {message}{shown}")
+        raise GoalError("\n".join(lines)) from exc
+

@@ -1,0 +1,135 @@
+"""Engine settings: the design space the swarm searches, and the recipe a setting becomes.
+
+A recipe is the whole of an engine's configuration as one JSON file (``recipe.json``):
+scheduling, memory, kernels per slot and threads. ``swarmfab serve MODEL --recipe DIR``
+serves with it; the factory's candidates are recipes, so the content hash of a recipe is
+the candidate's id, and the built-in domain agents search the knobs below as they search
+a kernel's.
+
+Knobs and domains:
+
+- scheduling: ``max_num_seqs`` (running sequences), ``max_num_batched_tokens`` (new tokens
+  per step, the chunked-prefill budget: small favours inter-token latency, large favours
+  time to first token and throughput);
+- memory: ``block_size`` (tokens per KV block), ``kv_cache_mb`` (the KV pool);
+- kernels: ``kda_prefill`` and ``kda_decode``: the PyTorch references, or the kernel
+  factory's C kernels (the design space's chunked default for prefill, recurrent for
+  decode) built for this host;
+- threads: intra-op threads, ``auto`` being the engine's own choice by model size.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from swarmfab.errors import EngineError
+from swarmfab.kernels import DesignSpace, Knob, Setting
+
+__all__ = ["RECIPE_FILE", "Recipe", "engine_space", "read_recipe"]
+
+RECIPE_FILE = "recipe.json"
+FORMAT = 1
+
+
+def engine_space(cpus: int) -> DesignSpace:
+    """The engine's knobs on a host with ``cpus`` usable CPUs."""
+    knobs = (
+        Knob("max_num_seqs", "scheduling", (4, 8, 16, 32, 64, 128), 32, ordered=True,
+             help="running sequences at most"),
+        Knob("max_num_batched_tokens", "scheduling", (32, 64, 128, 256, 512, 1024, 2048),
+             256, ordered=True, help="new tokens per step (the chunked-prefill budget)"),
+        Knob("block_size", "memory", (8, 16, 32, 64), 16, ordered=True,
+             help="tokens per KV block"),
+        Knob("kv_cache_mb", "memory", (16, 32, 64, 128, 256), 64, ordered=True,
+             help="memory of the attention KV pool"),
+        Knob("kda_prefill", "kernels", ("torch", "c"), "torch",
+             help="KDA prefill: the PyTorch chunked reference or the factory's C kernel"),
+        Knob("kda_decode", "kernels", ("torch", "c"), "torch",
+             help="KDA decode: the PyTorch recurrence or the factory's C kernel"),
+        Knob("threads", "threads", ("auto", *range(1, max(1, cpus) + 1)), "auto",
+             help="intra-op threads (auto: all CPUs for big models, one fewer for small)"),
+    )
+
+    def render(setting: Setting, threads: int) -> tuple[dict[str, str], str, tuple[str, ...]]:
+        return {RECIPE_FILE: Recipe(dict(setting)).to_json()}, RECIPE_FILE, ()
+
+    return DesignSpace("engine", "engine", "engine-recipe", knobs, render)
+
+
+class Recipe:
+    """One engine configuration (knob name -> value)."""
+
+    def __init__(self, settings: dict[str, Any]):
+        self.settings = settings
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, "settings": self.settings}, indent=2,
+                          sort_keys=True) + "\n"
+
+    def engine_config(self) -> Any:
+        from swarmfab.engine.engine import EngineConfig
+
+        s = self.settings
+        threads = s.get("threads", "auto")
+        return EngineConfig(
+            max_num_seqs=int(s.get("max_num_seqs", 32)),
+            max_num_batched_tokens=int(s.get("max_num_batched_tokens", 256)),
+            block_size=int(s.get("block_size", 16)),
+            kv_cache_bytes=int(s.get("kv_cache_mb", 64)) << 20,
+            threads=None if threads == "auto" else int(threads))
+
+    def kernel_slots(self, cache: Path) -> Any:
+        """The engine's kernel slots: C kernels built (once, cached) where asked."""
+        from swarmfab.engine.slots import KernelSlots
+
+        slots = KernelSlots()
+        wanted = {slot: self.settings.get(f"kda_{slot}", "torch")
+                  for slot in ("prefill", "decode")}
+        for slot, choice in wanted.items():
+            if choice not in ("torch", "c"):
+                raise EngineError(f"kda_{slot} must be 'torch' or 'c', not {choice!r}")
+            if choice == "c":
+                algorithm = "chunked" if slot == "prefill" else "recurrent"
+                slots = slots.with_kda(_c_kernel(algorithm, cache), f"c:{algorithm}",
+                                       prefill=slot == "prefill", decode=slot == "decode")
+        return slots
+
+
+def _c_kernel(algorithm: str, cache: Path) -> Any:
+    """The KDA design space's default C kernel of one algorithm, built for this host."""
+    import torch
+
+    from swarmfab.backends import get_backend
+    from swarmfab.kernels import design_space
+    from swarmfab.workloads import get_workload
+
+    space = design_space("kda")
+    candidate = space.instantiate({**space.default(), "algorithm": algorithm},
+                                  threads=torch.get_num_threads())
+    backend = get_backend(candidate.backend)
+    return backend.load(backend.build(candidate, cache), get_workload("kda"),
+                        fill_outputs=False)
+
+
+def read_recipe(path: Path) -> Recipe:
+    """A recipe from ``recipe.json`` or a directory holding one (an exported engine run)."""
+    file = path / RECIPE_FILE if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise EngineError(f"no recipe at {file}: give an exported engine run's directory "
+                          f"or its {RECIPE_FILE}") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EngineError(f"recipe {file} cannot be read: {exc}") from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT \
+            or not isinstance(data.get("settings"), dict):
+        raise EngineError(f"recipe {file} is not a format-{FORMAT} engine recipe "
+                          '({"format": 1, "settings": {...}})')
+    known = {knob.name for knob in engine_space(1).knobs}
+    unknown = sorted(set(data["settings"]) - known)
+    if unknown:
+        raise EngineError(f"recipe {file} sets unknown knob(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(known))}")
+    return Recipe(data["settings"])
