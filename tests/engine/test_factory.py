@@ -1,0 +1,158 @@
+"""The engine factory: goals, recipes, verification, the objective, a short run, export."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from swarmfab.errors import EngineError, GoalError, SwarmfabError
+from swarmfab.knowledge import Store
+from swarmfab.records import CheckResult, Status, Verdict
+from swarmfab.report.export import export_champion
+from swarmfab.serving.evaluate import (
+    Comparison,
+    EngineProcess,
+    EngineStartError,
+    LoadRound,
+    comparison_verdict,
+    greedy_tokens,
+    verify_tokens,
+)
+from swarmfab.serving.factory import run_engine_goal
+from swarmfab.serving.goal import EngineGoal, load_engine_goal, validate_engine_goal
+from swarmfab.serving.recipe import Recipe, engine_space, read_recipe
+from swarmfab.swarm.gate import judge
+
+GOAL = {"kind": "engine", "model": "random:tiny", "objective": {"p99_tpot_ms": 100}}
+
+
+def _goal(**changes: object) -> EngineGoal:
+    return validate_engine_goal({**GOAL, **changes}, "test")
+
+
+def test_engine_goals_are_validated_field_by_field(tmp_path: Path) -> None:
+    goal = _goal(budget="90s", traffic={"concurrency": 4, "input_len": 16})
+    assert goal.budget_s == 90 and goal.traffic.label() == "c4 in16 out32"
+    assert goal.objective.slos() == {"tpot": 100}
+    with pytest.raises(GoalError, match="objective"):
+        validate_engine_goal({**GOAL, "objective": {}}, "test")
+    with pytest.raises(GoalError, match=r"random:small.*random:tiny"):
+        _goal(model="random:huge")
+    with pytest.raises(GoalError, match=r"traffic\.concurency: unknown key"):
+        _goal(traffic={"concurency": 4})
+    with pytest.raises(GoalError, match="request_rate"):
+        _goal(traffic={"concurrency": None})
+    file = tmp_path / "goal.toml"
+    file.write_text('kind = "engine"\nmodel = "ckpt"\n[objective]\np99_ttft_ms = 5\n')
+    goal = load_engine_goal(file)
+    assert goal.model == str(tmp_path / "ckpt")          # relative to the goal file
+    with pytest.raises(GoalError, match=r"no config\.json"):
+        goal.model_dir(tmp_path / "cache")
+
+
+def test_a_recipe_is_its_settings_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    space = engine_space(2)
+    candidate = space.instantiate({**space.default(), "threads": 1}, threads=2)
+    recipe = read_recipe(_write(tmp_path, candidate.sources[candidate.entry]))
+    config = recipe.engine_config()
+    assert (config.max_num_seqs, config.threads, config.kv_cache_bytes) == (32, 1, 64 << 20)
+    assert candidate.id != space.instantiate(space.default(), threads=2).id
+    with pytest.raises(EngineError, match="unknown knob"):
+        read_recipe(_write(tmp_path, json.dumps({"format": 1, "settings": {"chunk": 3}})))
+    with pytest.raises(EngineError, match="format-1"):
+        read_recipe(_write(tmp_path, "[]"))
+    with pytest.raises(EngineError, match="no recipe"):
+        read_recipe(tmp_path / "missing")
+
+
+def _write(directory: Path, text: str) -> Path:
+    (directory / "recipe.json").write_text(text)
+    return directory
+
+
+def test_a_candidate_whose_tokens_differ_fails_its_checks() -> None:
+    checks = verify_tokens([[5, 6, 7], [1, 2]], [[5, 6, 7], [1, 3]])
+    assert [c.passed for c in checks] == [True, False]
+    assert "token 1 differs" in checks[1].detail
+    assert not verify_tokens([[1, 2]], [[1]])[0].passed      # a shorter answer fails too
+
+
+def _round(metric: float, tpot: float) -> LoadRound:
+    return LoadRound(metric, 100.0, tpot, 10 * metric, metric, 0)
+
+
+def test_a_faster_recipe_that_breaks_the_objective_is_not_crowned() -> None:
+    goal = _goal()
+    slow_ok = Comparison([_round(1.0, 50)] * 4, [_round(1.0, 50)] * 4)
+    fast_ok = Comparison([_round(1.0, 50)] * 4, [_round(2.0, 60), _round(2.1, 60),
+                                                 _round(1.9, 60), _round(2.0, 60)])
+    fast_late = Comparison(fast_ok.incumbent, [_round(2.0, 150)] * 4)
+    verdicts = [comparison_verdict("c", "i", pair, [], goal, 1.0)
+                for pair in (slow_ok, fast_ok, fast_late)]
+    assert [judge(v).promote for v in verdicts] == [False, True, False]
+    assert verdicts[2].status is Status.REJECTED and "p99 TPOT 150.0 ms > 100 ms" in \
+        verdicts[2].reason
+
+
+def test_a_recipe_that_cannot_start_is_reported_with_its_log(tiny_model: Path,
+                                                              tmp_path: Path) -> None:
+    recipe = _write(tmp_path, Recipe({"threads": 0}).to_json()) / "recipe.json"
+    process = EngineProcess(tiny_model, recipe, tmp_path / "engine.log")
+    with pytest.raises(EngineStartError) as failure:
+        process.start(120)
+    assert not failure.value.timed_out and "threads must be at least 1" in failure.value.log
+    assert not process.alive()
+
+
+def test_a_short_engine_run_records_verdicts_and_its_recipe_serves(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    goal = _goal(model=str(tiny_model), budget="150s", max_evaluations=2, min_rounds=2,
+                 max_rounds=2, verify_prompts=3, verify_tokens=6,
+                 traffic={"input_len": 8, "output_len": 8, "num_prompts": 8,
+                          "concurrency": 4})
+    store = Store(tmp_path / "runs.db")
+    lines: list[str] = []
+    result = run_engine_goal(goal, store, tmp_path / "work", lines.append)
+    run = store.run(result.run_id)
+    assert run.status == "finished" and run.workload == "engine"
+    verdicts = store.verdicts(result.run_id)
+    assert len(verdicts) == 1 + result.evaluations and result.evaluations == 2
+    default = store.candidate(result.default_id)
+    assert default.agent == "default" and lines[1].startswith("default: goodput")
+    # every measured candidate was verified token by token before it was timed
+    for _, verdict in verdicts[1:]:
+        if verdict.timings:
+            assert any(c.check == "greedy-tokens" for c in verdict.checks)
+    if result.champion_id == result.default_id:
+        with pytest.raises(SwarmfabError, match="nothing to export"):
+            export_champion(store, result.run_id, tmp_path / "out")
+
+
+def test_an_exported_recipe_serves_the_same_tokens(tiny_model: Path, tmp_path: Path) -> None:
+    """A crowned engine run exported, then served with ``serve --recipe``."""
+    store = Store(tmp_path / "runs.db")
+    space = engine_space(2)
+    default = space.instantiate(space.default(), threads=2, agent="default")
+    better = space.instantiate({**space.default(), "max_num_batched_tokens": 64,
+                                "threads": 1}, threads=2, agent="builtin-scheduling")
+    run_id = store.start_run("engine", {**GOAL, "traffic": {}, "metric": "goodput"},
+                             {"cpu": "test"})
+    check = CheckResult("prompt 0", "greedy-tokens", True, "same greedy tokens")
+    for candidate in (default, better):
+        store.record(run_id, candidate, Verdict(candidate.id, Status.ACCEPTED, "ok", (check,)))
+    store.set_champion(run_id, better.id)
+    store.record_event(run_id, "champion", f"{better.id}: max_num_batched_tokens=64")
+    store.finish_run(run_id, "finished", {"gain": [1.6, 1.5, 1.7], "default_metric": 1.0,
+                                          "champion_metric": 1.6})
+    where = export_champion(store, run_id, tmp_path / "out")
+    assert json.loads((where / "recipe.json").read_text())["settings"]["threads"] == 1
+    assert "x1.60 (95% CI 1.50-1.70)" in (where / "EVIDENCE.md").read_text()
+    prompts = [[5, 9, 33], [7] * 20]
+    with EngineProcess(tiny_model, where, tmp_path / "a.log").start(120) as served, \
+            EngineProcess(tiny_model, _write(tmp_path, default.sources["recipe.json"]),
+                          tmp_path / "b.log").start(120) as reference:
+        assert greedy_tokens(served.url, prompts, 6) == greedy_tokens(reference.url,
+                                                                      prompts, 6)
