@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast lint typecheck bench bench-swarm bench-transfer bench-engine bench-policy bench-peers gpu-compile-check clean
+.PHONY: demo test test-fast lint typecheck bench bench-swarm bench-transfer bench-engine bench-engine-factory bench-policy bench-peers gpu-compile-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ bench-transfer: $(STAMP)
 # the inference engine vs transformers' generate on the tiny Kimi Linear, concurrency 1/8/32
 bench-engine: $(DEV_STAMP)
 	$(BIN)/python scripts/bench_engine.py
+	$(BIN)/python scripts/bench_engine.py --size small --repeats 2 --no-http
+
+# the engine factory on a short engine goal, then default / champion / HF generate side by
+# side. BENCH_ENGINE_FACTORY_ARGS: e.g. "--goal examples/goals/engine-kimi-small.toml --budget 10m"
+bench-engine-factory: $(DEV_STAMP)
+	$(BIN)/python scripts/bench_engine_factory.py $(BENCH_ENGINE_FACTORY_ARGS)
 
 # ggml's fused gated delta rule (as llama.cpp runs it) beside swarmfab's kernel and the PyTorch
 # baselines on the standard KDA shapes; ggml is built for this host first (about 2 min on 2

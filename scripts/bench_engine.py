@@ -172,7 +172,8 @@ class _Stamps:
 
 
 def run_hf(model: Any, prompts: list[list[int]], output_len: int,
-           concurrency: int) -> dict[str, Any]:
+           concurrency: int, goodput: dict[str, float] | None = None) -> dict[str, Any]:
+    """vLLM-style results of HF generate; ``goodput``: SLOs (ms) as loadgen takes them."""
     def batch_run(batch: list[list[int]], new_tokens: int) -> list[RequestRecord]:
         ids = torch.tensor(batch)
         stamps = _Stamps()
@@ -192,7 +193,7 @@ def run_hf(model: Any, prompts: list[list[int]], output_len: int,
     start = time.perf_counter()
     for first in range(0, len(prompts), concurrency):
         records += batch_run(prompts[first:first + concurrency], output_len)
-    return summarise(records, time.perf_counter() - start)
+    return summarise(records, time.perf_counter() - start, (99.0,), goodput)
 
 
 def _row(concurrency: int, system: str, runs: list[dict[str, Any]]) -> str:

@@ -41,6 +41,7 @@ from swarmfab.serving.evaluate import (
     compare,
     comparison_verdict,
     greedy_tokens,
+    load_once,
     objective_check,
     verify_prompts,
     verify_tokens,
@@ -115,7 +116,7 @@ class _Search:
         self.model_dir, self.workdir, self.budget, self.log = model_dir, workdir, budget, log
         self.evaluations = 0
         self.incumbent: EngineProcess | None = None
-        self.eval_s = 0.0  # the longest evaluation so far: whether another still fits
+        self.eval_s = 0.0  # the latest measured evaluation: whether another still fits
 
     def close(self) -> None:
         if self.incumbent is not None:
@@ -133,25 +134,29 @@ class _Search:
         started = time.monotonic()
         self.incumbent = self._process(default).start(
             min(goal.startup_timeout_s, max(1.0, self.budget.left())))
+        startup_s = time.monotonic() - started
         prompts = verify_prompts(goal, _vocab(self.incumbent.url))
         reference = greedy_tokens(self.incumbent.url, prompts, goal.verify_tokens)
-        baseline = compare(self.incumbent.url, self.incumbent.url, goal,
-                           time.monotonic() + max(0.0, self.budget.left() / 4))
-        objective = objective_check(baseline.incumbent, goal)
+        measured = time.monotonic()
+        baseline = [load_once(self.incumbent.url, goal, goal.seed + index)
+                    for index in range(goal.min_rounds)]
+        load_s = (time.monotonic() - measured) / goal.min_rounds
+        objective = objective_check(baseline, goal)
         self.store.record(self.run_id, default, Verdict(
             default.id, Status.ACCEPTED, f"the reference engine; {objective.detail}",
             (CheckResult("prompts", "reference", True, "the reference tokens"), objective),
             elapsed_s=time.monotonic() - started))
         self.store.set_champion(self.run_id, default.id)
-        self.log(f"default: {goal.metric} {_median(baseline.incumbent):.3g}; "
+        self.log(f"default: {goal.metric} {_median(baseline):.3g}; "
                  f"{objective.detail}")
-        self.eval_s = time.monotonic() - started
+        # what a comparison costs at least: a start and min_rounds load runs of each side
+        closing_s = startup_s + 2 * goal.min_rounds * load_s
+        self.eval_s = closing_s + (measured - started - startup_s)  # + verification
         champion, evaluated = default, {default.id}
         recent: list[Verdict] = []
         agents = bandit_agents(space.knobs)
         rng = random.Random(goal.seed)
         turn = idle = 0
-        closing_s = 2 * self.eval_s
         while idle < len(agents) and self.budget.left() > self.eval_s + closing_s:
             if goal.max_evaluations is not None and self.evaluations >= goal.max_evaluations:
                 break
@@ -226,7 +231,7 @@ class _Search:
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             status = Status.CRASHED if not process.alive() else Status.REJECTED
             return failed(status, f"load failed: {exc}", process.log_tail())
-        self.eval_s = max(self.eval_s, time.monotonic() - started)
+        self.eval_s = time.monotonic() - started  # the latest: rounds vary with noise
         verdict = comparison_verdict(candidate.id, incumbent_id, pair, checks, self.goal,
                                      time.monotonic() - started)
         return verdict, process
