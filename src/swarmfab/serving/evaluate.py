@@ -221,13 +221,16 @@ class Comparison:
 def compare(incumbent_url: str, candidate_url: str, goal: EngineGoal,
             deadline: float) -> Comparison:
     """Alternate load runs (candidate first on odd rounds) until the interval is narrow,
-    ``max_rounds`` are done, or the next round would pass ``deadline`` (monotonic)."""
+    or wholly on the slower side (more rounds could not crown the candidate, so stopping
+    early cannot make a false champion), ``max_rounds`` are done, or the next round
+    would pass ``deadline`` (monotonic)."""
     pair = Comparison()
     round_s = 0.0
     for index in range(goal.max_rounds):
         if index >= goal.min_rounds:
             ratio = pair.ratio()
-            if ratio.median > 0 and (ratio.high - ratio.low) / ratio.median < goal.ci_width:
+            if ratio.low > 1 or (ratio.median > 0 and
+                                 (ratio.high - ratio.low) / ratio.median < goal.ci_width):
                 break
         if index >= 2 and time.monotonic() + round_s > deadline:
             break

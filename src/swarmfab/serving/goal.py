@@ -101,10 +101,11 @@ class EngineGoal(_Strict):
     verify_prompts: Annotated[int, Field(ge=1, le=256)] = 8
     verify_tokens: Annotated[int, Field(ge=1, le=1024)] = 16
     # measurement: alternate incumbent and candidate for at least min_rounds load runs
-    # each, and until the ratio's 95% interval is narrower than ci_width (or max_rounds)
+    # each, and until the ratio's 95% interval is narrower than ci_width relative to its
+    # median, or lies wholly on the slower side (or max_rounds)
     min_rounds: Annotated[int, Field(ge=2, le=50)] = 3
-    max_rounds: Annotated[int, Field(ge=2, le=100)] = 8
-    ci_width: Annotated[float, Field(gt=0, le=1)] = 0.10
+    max_rounds: Annotated[int, Field(ge=2, le=100)] = 6
+    ci_width: Annotated[float, Field(gt=0, le=1)] = 0.15
     startup_timeout_s: Annotated[float, Field(alias="startup_timeout", gt=0)] = 180.0
 
     @field_validator("budget_s", "startup_timeout_s", mode="before")
