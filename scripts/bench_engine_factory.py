@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import statistics
 import subprocess
 import sys
@@ -133,8 +132,9 @@ def report(goal: Any, run_id: str, settings: dict[str, Any],
         ratio = paired_ratio([max(r["metric"], floor) for r in figures["champion"]],
                              [max(r["metric"], floor) for r in figures[other]])
         ratios[other] = [ratio.median, ratio.low, ratio.high]
-        shown = ("inf" if math.isinf(ratio.median) else
-                 f"x{ratio.median:.2f} [{ratio.low:.2f}, {ratio.high:.2f}]")
+        shown = "x" + ", ".join("inf" if value > 1e6 else f"{value:.2f}"
+                                for value in (ratio.median, ratio.low, ratio.high))
+        shown = shown.replace(", ", " [", 1) + "]"
         print(f"champion / {other}: {goal.metric} {shown}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"run": run_id, "goal": goal.model_dump(mode="json"),

@@ -44,11 +44,17 @@ def export(
         help="Python package name (default: WORKLOAD_champion).")] = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """Write a run's champion as an installable package with provenance and evidence."""
+    """Write a run's champion as an installable package with provenance and evidence (an
+    engine run's: its serving recipe)."""
     from swarmfab.knowledge import Store
     from swarmfab.report.export import export_champion
 
     where = export_champion(Store(db), run_id, out, name)
+    if (where / "recipe.json").is_file():  # an engine run's recipe
+        console.print(f"engine recipe exported to {where}: `swarmfab serve MODEL --recipe "
+                      f"{where}`; evidence in EVIDENCE.md and provenance.json",
+                      highlight=False)
+        return
     console.print(f"champion exported to {where}: `pip install {where}`, then import it; "
                   "evidence in VERIFICATION.md and provenance.json")
 

@@ -12,7 +12,9 @@ incumbent and the candidate alternately with the goal's traffic, one load run ea
 round, until the 95% interval of the paired ratio of the goal's metric is narrow enough
 (or the rounds run out). The verdict's timing is a time ratio, as for kernels: the
 incumbent's metric over the candidate's (below 1: the candidate serves more), so the
-kernel gate judges engines unchanged. A candidate whose median p99 latency breaks the
+kernel gate judges engines unchanged; it counts as faster only when the whole interval of
+the gain lies above ``1 + min_gain`` (5% by default: serving figures on a shared host
+drift more than kernel timings do). A candidate whose median p99 latency breaks the
 objective is rejected, however fast.
 """
 
@@ -35,7 +37,7 @@ from typing import Any
 import httpx
 
 from swarmfab.engine.loadgen import LoadSpec, random_prompts, run_load
-from swarmfab.measure.stats import classify, median_ci, paired_ratio
+from swarmfab.measure.stats import median_ci, paired_ratio
 from swarmfab.records import CheckResult, Estimate, ShapeTiming, Status, Verdict
 from swarmfab.serving.goal import EngineGoal
 
@@ -269,13 +271,20 @@ def comparison_verdict(candidate_id: str, incumbent_id: str, pair: Comparison,
     timing = ShapeTiming(
         shape=goal.traffic.label(), incumbent=incumbent_id,
         candidate_s=_estimate(per_unit), incumbent_s=_estimate(per_unit_incumbent),
-        ratio=ratio, comparison=classify(ratio), samples=len(pair.candidate))
+        ratio=ratio, comparison=_compared(ratio, goal.min_gain), samples=len(pair.candidate))
     status = Status.ACCEPTED if objective.passed else Status.REJECTED
     reason = (f"{goal.metric} x{1 / ratio.median:.2f} "
               f"[{1 / ratio.high:.2f}, {1 / ratio.low:.2f}] over {incumbent_id}"
               if objective.passed else f"objective not met: {objective.detail}")
     return Verdict(candidate_id, status, reason, tuple([*checks, objective]), (timing,),
                    elapsed_s)
+
+
+def _compared(ratio: Estimate, min_gain: float) -> str:
+    """"faster" only when the whole interval of the gain lies above 1 + ``min_gain``."""
+    if ratio.high < 1 / (1 + min_gain):
+        return "faster"
+    return "slower" if ratio.low > 1 else "indistinguishable"
 
 
 def _estimate(values: list[float]) -> Estimate:

@@ -103,9 +103,13 @@ class EngineGoal(_Strict):
     # measurement: alternate incumbent and candidate for at least min_rounds load runs
     # each, and until the ratio's 95% interval is narrower than ci_width relative to its
     # median, or lies wholly on the slower side (or max_rounds)
-    min_rounds: Annotated[int, Field(ge=2, le=50)] = 3
+    # (an even min_rounds balances which side goes first)
+    min_rounds: Annotated[int, Field(ge=2, le=50)] = 4
     max_rounds: Annotated[int, Field(ge=2, le=100)] = 6
     ci_width: Annotated[float, Field(gt=0, le=1)] = 0.15
+    # a crown needs the whole 95% interval of the gain above 1 + min_gain: a serving
+    # measurement on a shared host drifts by more than a kernel timing does
+    min_gain: Annotated[float, Field(ge=0, lt=1)] = 0.05
     startup_timeout_s: Annotated[float, Field(alias="startup_timeout", gt=0)] = 180.0
 
     @field_validator("budget_s", "startup_timeout_s", mode="before")
