@@ -35,7 +35,7 @@ from bench_engine import run_hf
 from swarmfab.engine.loadgen import random_prompts
 from swarmfab.knowledge import Store
 from swarmfab.measure.stats import paired_ratio
-from swarmfab.serving.evaluate import EngineProcess, load_once
+from swarmfab.serving.evaluate import EngineProcess, load_once, warm_up
 from swarmfab.serving.goal import load_engine_goal
 from swarmfab.serving.recipe import Recipe, engine_space
 
@@ -56,6 +56,9 @@ def main() -> None:
     parser.add_argument("--goal", type=Path, default=GOAL)
     parser.add_argument("--budget", default="3m", help="the factory run's budget")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--checkpoints", type=Path, default=Path("out/checkpoints"),
+                        help="where random:SIZE checkpoints are made once and kept (a "
+                             "checkpoint written just before a run slows its first minutes)")
     parser.add_argument("--out", type=Path, default=Path("out/bench-engine-factory.json"))
     args = parser.parse_args()
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -64,6 +67,9 @@ def main() -> None:
         sys.exit("this benchmark compares closed loops: give the goal a concurrency")
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
+        args.checkpoints.mkdir(parents=True, exist_ok=True)
+        (work / "checkpoints").symlink_to(args.checkpoints.resolve())
+        goal.model_dir(work / "checkpoints")  # made (once) before anything is timed
         db = work / "runs.db"
         started = time.monotonic()
         subprocess.run([sys.executable, "-m", "swarmfab", "run", str(args.goal), "--budget",
@@ -89,6 +95,8 @@ def main() -> None:
         figures: dict[str, list[dict[str, Any]]] = {"default": [], "champion": [], "hf": []}
         with EngineProcess(model_dir, work / "default", work / "d.log").start(300) as default, \
                 EngineProcess(model_dir, champion_dir, work / "c.log").start(300) as champion:
+            warm_up(default.url, goal)
+            warm_up(champion.url, goal)
             for index in range(args.rounds):
                 order = [("default", default.url), ("champion", champion.url)]
                 for name, url in order if index % 2 == 0 else reversed(order):

@@ -7,7 +7,8 @@ bounded: startup by ``startup_timeout``, every request by the load's timeout, an
 process that dies or hangs becomes a verdict (crashed, timed out), never a stuck run.
 
 Verification first: greedy tokens of a fixed prompt set (sent together, so they batch)
-must equal the reference engine's, the default recipe's. Then ``loadgen`` drives the
+must equal the reference engine's, the default recipe's. Then one unmeasured wave of the
+traffic warms the newcomer up, and ``loadgen`` drives the
 incumbent and the candidate alternately with the goal's traffic, one load run each per
 round, until the 95% interval of the paired ratio of the goal's metric is narrow enough
 (or the rounds run out). The verdict's timing is a time ratio, as for kernels: the
@@ -42,7 +43,7 @@ from swarmfab.records import CheckResult, Estimate, ShapeTiming, Status, Verdict
 from swarmfab.serving.goal import EngineGoal
 
 __all__ = ["EngineProcess", "EngineStartError", "LoadRound", "compare", "greedy_tokens",
-           "load_once", "metric_of", "objective_check", "verify_tokens"]
+           "load_once", "metric_of", "objective_check", "verify_tokens", "warm_up"]
 
 
 class EngineStartError(RuntimeError):
@@ -195,10 +196,19 @@ def metric_of(result: dict[str, Any], goal: EngineGoal) -> LoadRound:
                      int(result["failed"]))
 
 
-def load_once(url: str, goal: EngineGoal, seed: int) -> LoadRound:
+def warm_up(url: str, goal: EngineGoal) -> None:
+    """One unmeasured wave of the goal's traffic: a freshly started engine meets its batch
+    sizes for the first time (allocator, BLAS and kernel set-up), a serving incumbent
+    has met them already, and the comparison should not charge that to the newcomer."""
+    load_once(url, goal, goal.seed + 104_729,
+              min(goal.traffic.num_prompts, goal.traffic.concurrency or 8))
+
+
+def load_once(url: str, goal: EngineGoal, seed: int, num_prompts: int | None = None
+              ) -> LoadRound:
     """One load run of the goal's traffic (with one warm-up request)."""
     traffic = goal.traffic
-    spec = LoadSpec(base_url=url, num_prompts=traffic.num_prompts,
+    spec = LoadSpec(base_url=url, num_prompts=num_prompts or traffic.num_prompts,
                     input_len=traffic.input_len, output_len=traffic.output_len,
                     request_rate=traffic.request_rate, burstiness=traffic.burstiness,
                     max_concurrency=traffic.concurrency, num_warmups=1, seed=seed,

@@ -45,6 +45,7 @@ from swarmfab.serving.evaluate import (
     objective_check,
     verify_prompts,
     verify_tokens,
+    warm_up,
 )
 from swarmfab.serving.goal import EngineGoal
 from swarmfab.serving.recipe import engine_space
@@ -138,6 +139,7 @@ class _Search:
         prompts = verify_prompts(goal, _vocab(self.incumbent.url))
         reference = greedy_tokens(self.incumbent.url, prompts, goal.verify_tokens)
         measured = time.monotonic()
+        warm_up(self.incumbent.url, goal)
         baseline = [load_once(self.incumbent.url, goal, goal.seed + index)
                     for index in range(goal.min_rounds)]
         load_s = (time.monotonic() - measured) / goal.min_rounds
@@ -191,6 +193,11 @@ class _Search:
                                         f"{candidate.id}: {_knobs(changed)}; {decision.reason}")
             elif process is not None:
                 process.stop()
+        if self.evaluations == 0 and self.budget.left() <= self.eval_s + closing_s:
+            self.log(f"no evaluation fits the {self.budget.left():.0f} s left: one needs "
+                     f"about {self.eval_s + closing_s:.0f} s with the closing comparison "
+                     f"({goal.min_rounds} rounds of two {load_s:.0f} s load runs, a "
+                     f"{startup_s:.0f} s start); raise the budget or lighten the traffic")
         return self._closing(default, champion)
 
     def _evaluate(self, candidate: Candidate, incumbent_id: str, prompts: list[list[int]],
@@ -226,6 +233,7 @@ class _Search:
                            elapsed_s=time.monotonic() - started), None
         assert self.incumbent is not None
         try:
+            warm_up(process.url, self.goal)
             pair = compare(self.incumbent.url, process.url, self.goal,
                            time.monotonic() + max(0.0, self.budget.left() - closing_s))
         except (httpx.HTTPError, KeyError, ValueError) as exc:
@@ -247,6 +255,7 @@ class _Search:
             with self._process(default) as reference:
                 reference.start(min(self.goal.startup_timeout_s,
                                     max(1.0, self.budget.left())))
+                warm_up(reference.url, self.goal)
                 pair = compare(reference.url, self.incumbent.url, self.goal,
                                time.monotonic() + max(0.0, self.budget.left() - 5))
             ratio = pair.ratio()
