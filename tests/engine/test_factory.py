@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +164,32 @@ def test_an_exported_recipe_serves_the_same_tokens(tiny_model: Path, tmp_path: P
                           tmp_path / "b.log").start(120) as reference:
         assert greedy_tokens(served.url, prompts, 6) == greedy_tokens(reference.url,
                                                                       prompts, 6)
+
+
+def test_an_engine_dies_with_a_factory_killed_by_sigkill(tiny_model: Path,
+                                                          tmp_path: Path) -> None:
+    recipe = _write(tmp_path, Recipe({}).to_json())
+    script = (
+        "import sys, time\nfrom pathlib import Path\n"
+        "from swarmfab.serving.evaluate import EngineProcess\n"
+        f"p = EngineProcess(Path({str(tiny_model)!r}), Path({str(recipe)!r}), "
+        f"Path({str(tmp_path / 'e.log')!r})).start(120)\n"
+        "print(p._process.pid, flush=True)\ntime.sleep(600)\n")
+    factory = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                               text=True)
+    assert factory.stdout is not None
+    engine_pid = int(factory.stdout.readline())
+    os.kill(factory.pid, signal.SIGKILL)
+    factory.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _running(engine_pid):
+        time.sleep(0.2)
+    assert not _running(engine_pid)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return False
+    return state != "Z"

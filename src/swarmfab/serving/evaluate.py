@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import math
 import os
 import signal
@@ -55,6 +56,16 @@ class EngineStartError(RuntimeError):
         self.timed_out = timed_out
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the factory dies, even by SIGKILL (Linux), so a killed
+    run leaves no engine serving on."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -78,7 +89,8 @@ class EngineProcess:
         env = {**os.environ, "SWARMFAB_API_KEY": ""}
         with self.log_file.open("wb") as log:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                             env=env, start_new_session=True)
+                                             env=env, start_new_session=True,
+                                             preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
