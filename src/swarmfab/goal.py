@@ -27,6 +27,7 @@ __all__ = [
     "ShapeSpec",
     "Tolerance",
     "default_goal",
+    "describe_errors",
     "load_goal",
     "parse_duration",
 ]
@@ -254,25 +255,29 @@ def _validate(data: dict[str, Any], source: str) -> Goal:
     try:
         return Goal.model_validate(data)
     except ValidationError as exc:
-        raise GoalError(_describe(exc, source)) from exc
+        raise GoalError(describe_errors(exc, source)) from exc
 
 
-def _describe(exc: ValidationError, source: str) -> str:
-    lines = [f"invalid goal ({source}):"]
+def describe_errors(exc: ValidationError, source: str, root: type[BaseModel] | None = None,
+                    kind: str = "goal") -> str:
+    """A validation error as one message: each field, what was given, and for an unknown
+    key the closest allowed one (``root``: the model validated, a kernel Goal by default)."""
+    root = root or Goal
+    lines = [f"invalid {kind} ({source}):"]
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
         given = error.get("input")
         shown = "" if isinstance(given, dict) else f" (got {given!r})"
         if error["type"] == "extra_forbidden":
-            lines.append(f"  {where}: unknown key{shown}{_allowed_keys(error['loc'])}")
+            lines.append(f"  {where}: unknown key{shown}{_allowed_keys(error['loc'], root)}")
         else:
             lines.append(f"  {where}: {error['msg']}{shown}")
     return "\n".join(lines)
 
 
-def _allowed_keys(loc: tuple[int | str, ...]) -> str:
+def _allowed_keys(loc: tuple[int | str, ...], root: type[BaseModel]) -> str:
     """For an unknown key: the closest allowed one and every key allowed where it stands."""
-    model: type[BaseModel] | None = Goal
+    model: type[BaseModel] | None = root
     for part in loc[:-1]:  # down the nested tables to the one holding the key
         if model is None:
             break
@@ -283,7 +288,7 @@ def _allowed_keys(loc: tuple[int | str, ...]) -> str:
     if model is None:
         return ""
     allowed = [field.alias or name for name, field in model.model_fields.items()]
-    table = {Goal: "a goal", ShapeSpec: "a shape"}.get(
+    table = {root: "a goal", ShapeSpec: "a shape"}.get(
         model, f"[{'.'.join(str(p) for p in loc[:-1] if isinstance(p, str))}]")
     by_lower = {key.lower(): key for key in allowed}  # HV for Hv
     close = difflib.get_close_matches(str(loc[-1]).lower(), list(by_lower), n=1)

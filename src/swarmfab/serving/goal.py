@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from swarmfab.errors import GoalError
-from swarmfab.goal import parse_duration
+from swarmfab.goal import describe_errors, parse_duration
 
 __all__ = ["EngineGoal", "Objective", "Traffic", "is_engine_goal", "load_engine_goal"]
 
@@ -183,13 +183,5 @@ def validate_engine_goal(data: dict[str, Any], source: str) -> EngineGoal:
     try:
         return EngineGoal.model_validate(data)
     except ValidationError as exc:
-        lines = [f"invalid engine goal ({source}):"]
-        for error in exc.errors():
-            where = ".".join(str(part) for part in error["loc"]) or "(top level)"
-            given = error.get("input")
-            shown = "" if isinstance(given, dict) else f" (got {given!r})"
-            message = ("unknown key" if error["type"] == "extra_forbidden"
-                       else error["msg"])
-            lines.append(f"  {where}: {message}{shown}")
-        raise GoalError("\n".join(lines)) from exc
+        raise GoalError(describe_errors(exc, source, EngineGoal, "engine goal")) from exc
 
