@@ -83,27 +83,23 @@ async def _engine_load(engine: AsyncEngine, prompts: list[list[int]], output_len
 
 def factory_slots(kernel: Path | None, cache: Path) -> KernelSlots:
     """KDA slots filled with compiled kernels: ``kernel`` (a C or Python candidate file) in
-    both, else the design space's chunked default for prefill and recurrent for decode."""
+    both, else the design space's chunked default for prefill and recurrent for decode
+    (what an engine recipe with ``kda_prefill = kda_decode = "c"`` serves)."""
+    if kernel is None:
+        from swarmfab.serving.recipe import Recipe
+
+        slots: KernelSlots = Recipe({"kda_prefill": "c", "kda_decode": "c"}).kernel_slots(
+            cache)
+        return slots
+    from swarmfab._cli_candidate import candidate_from_file
     from swarmfab.backends import get_backend
-    from swarmfab.kernels import design_space
     from swarmfab.workloads import get_workload
 
-    workload, threads = get_workload("kda"), torch.get_num_threads()
-
-    def built(candidate: Any) -> Any:
-        backend = get_backend(candidate.backend)
-        return backend.load(backend.build(candidate, cache), workload, fill_outputs=False)
-
-    if kernel is not None:
-        from swarmfab._cli_candidate import candidate_from_file
-
-        return KernelSlots().with_kda(built(candidate_from_file("kda", kernel)), kernel.name)
-    space = design_space("kda")
-    prefill, decode = (built(space.instantiate({**space.default(), "algorithm": algorithm},
-                                               threads=threads))
-                       for algorithm in ("chunked", "recurrent"))
-    return (KernelSlots().with_kda(prefill, "c:chunked", decode=False)
-            .with_kda(decode, "c:recurrent", prefill=False))
+    candidate = candidate_from_file("kda", kernel)
+    backend = get_backend(candidate.backend)
+    forward = backend.load(backend.build(candidate, cache), get_workload("kda"),
+                           fill_outputs=False)
+    return KernelSlots().with_kda(forward, kernel.name)
 
 
 def run_engine(model_dir: Path, prompts: list[list[int]], output_len: int,

@@ -68,25 +68,26 @@ class Recipe:
         return json.dumps({"format": FORMAT, "settings": self.settings}, indent=2,
                           sort_keys=True) + "\n"
 
+    def setting(self) -> dict[str, Any]:
+        """Every knob: the recipe's values, the space's defaults for the rest."""
+        return {**engine_space(1).default(), **self.settings}
+
     def engine_config(self) -> Any:
         from swarmfab.engine.engine import EngineConfig
 
-        s = self.settings
-        threads = s.get("threads", "auto")
+        s = self.setting()
         return EngineConfig(
-            max_num_seqs=int(s.get("max_num_seqs", 32)),
-            max_num_batched_tokens=int(s.get("max_num_batched_tokens", 256)),
-            block_size=int(s.get("block_size", 16)),
-            kv_cache_bytes=int(s.get("kv_cache_mb", 64)) << 20,
-            threads=None if threads == "auto" else int(threads))
+            max_num_seqs=int(s["max_num_seqs"]),
+            max_num_batched_tokens=int(s["max_num_batched_tokens"]),
+            block_size=int(s["block_size"]), kv_cache_bytes=int(s["kv_cache_mb"]) << 20,
+            threads=None if s["threads"] == "auto" else int(s["threads"]))
 
     def kernel_slots(self, cache: Path) -> Any:
         """The engine's kernel slots: C kernels built (once, cached) where asked."""
         from swarmfab.engine.slots import KernelSlots
 
         slots = KernelSlots()
-        wanted = {slot: self.settings.get(f"kda_{slot}", "torch")
-                  for slot in ("prefill", "decode")}
+        wanted = {slot: self.setting()[f"kda_{slot}"] for slot in ("prefill", "decode")}
         for slot, choice in wanted.items():
             if choice not in ("torch", "c"):
                 raise EngineError(f"kda_{slot} must be 'torch' or 'c', not {choice!r}")
