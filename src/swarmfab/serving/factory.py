@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -277,8 +278,7 @@ def _vocab(url: str) -> int:
 
 
 def _median(rounds: list[Any]) -> float:
-    values = sorted(r.metric for r in rounds)
-    return values[len(values) // 2] if values else 0.0
+    return statistics.median(r.metric for r in rounds) if rounds else 0.0
 
 
 def _knobs(setting: dict[str, Any]) -> str:
