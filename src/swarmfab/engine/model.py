@@ -14,6 +14,7 @@ operator goes through :class:`~swarmfab.engine.slots.KernelSlots`.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,29 +73,22 @@ class PrefillGroup:
 def prefill_groups(batch: StepBatch, waste: float = 2.0) -> list[PrefillGroup]:
     """The step's prefill chunks in groups, longest first; a group takes the next chunk
     while its padded size stays within ``waste`` times its real tokens."""
-    starts, start = [], batch.num_decodes
-    for length in batch.query_lens[batch.num_decodes:]:
-        starts.append(start)
-        start += length
-    order = sorted(range(len(starts)), key=lambda i: -batch.query_lens[batch.num_decodes + i])
-    members: list[list[int]] = []
-    for i in order:
-        length = batch.query_lens[batch.num_decodes + i]
-        if members:
-            group = members[-1]
-            longest = batch.query_lens[batch.num_decodes + group[0]]
-            real = sum(batch.query_lens[batch.num_decodes + j] for j in group) + length
-            if longest * (len(group) + 1) <= waste * real:
-                group.append(i)
-                continue
-        members.append([i])
+    lens = batch.query_lens
+    first_row = list(itertools.accumulate(lens, initial=0))   # of each sequence's tokens
+    members: list[list[int]] = []   # sequence indices, each group longest first
+    for seq in sorted(range(batch.num_decodes, len(lens)), key=lambda s: -lens[s]):
+        group = members[-1] if members else None
+        if group and lens[group[0]] * (len(group) + 1) <= waste * (
+                sum(lens[s] for s in group) + lens[seq]):
+            group.append(seq)
+        else:
+            members.append([seq])
     groups = []
-    for group in members:
-        seqs = [batch.num_decodes + i for i in group]
-        lengths = torch.tensor([batch.query_lens[s] for s in seqs])
+    for seqs in members:
+        lengths = torch.tensor([lens[s] for s in seqs])
         width = int(lengths.max())
         valid = torch.arange(width)[None, :] < lengths[:, None]
-        first = torch.tensor([starts[i] for i in group])
+        first = torch.tensor([first_row[s] for s in seqs])
         rows = torch.where(valid, first[:, None] + torch.arange(width)[None, :], 0)
         groups.append(PrefillGroup(torch.tensor(seqs), rows, valid, lengths,
                                    torch.tensor([batch.state_slots[s] for s in seqs])))
