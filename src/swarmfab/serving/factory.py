@@ -124,12 +124,12 @@ class _Search:
         if self.incumbent is not None:
             self.incumbent.stop()
 
-    def _process(self, candidate: Candidate) -> EngineProcess:
+    def _process(self, candidate: Candidate, log: str = "engine.log") -> EngineProcess:
         directory = self.workdir / candidate.id
         directory.mkdir(exist_ok=True)
         recipe = directory / candidate.entry
         recipe.write_text(candidate.sources[candidate.entry])
-        return EngineProcess(self.model_dir, recipe, directory / "engine.log")
+        return EngineProcess(self.model_dir, recipe, directory / log)
 
     def run(self, default: Candidate, space: Any) -> EngineRunResult:
         goal = self.goal
@@ -253,7 +253,7 @@ class _Search:
         if champion.id == default.id:
             self.log("no recipe beat the default settings")
         else:
-            with self._process(default) as reference:
+            with self._process(default, "closing.log") as reference:  # keep the first log
                 reference.start(min(self.goal.startup_timeout_s,
                                     max(1.0, self.budget.left())))
                 warm_up(reference.url, self.goal)
