@@ -1,14 +1,17 @@
-"""``swarmfab run`` of an engine goal (``kind = "engine"``): the engine factory."""
+"""``swarmfab run`` and ``resume`` of an engine goal (``kind = "engine"``): the engine
+factory."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from swarmfab._cli_common import STARTED, console
+from swarmfab._cli_common import command_started, console
 
-__all__ = ["run_engine"]
+__all__ = ["resume_engine", "run_engine"]
 
 
 def run_engine(path: Path, *, budget: str | None, db: Path, workdir: Path,
@@ -20,9 +23,35 @@ def run_engine(path: Path, *, budget: str | None, db: Path, workdir: Path,
 
     goal = load_engine_goal(path, budget=budget, seed=seed, threads=threads,
                             max_evaluations=max_evaluations)
-    result = run_engine_goal(goal, Store(str(db)), workdir,
-                             lambda line: console.print(line, highlight=False),
-                             started=STARTED)
+    _finish(goal, lambda: run_engine_goal(goal, Store(str(db)), workdir, _print,
+                                          started=command_started()), fail_if_no_champion)
+
+
+def resume_engine(store: Any, run_id: str, recorded: dict[str, Any], *, budget: str | None,
+                  workdir: Path, max_evaluations: int | None,
+                  fail_if_no_champion: bool) -> None:
+    """Continue a stopped engine run with the goal it recorded (``budget`` and
+    ``max_evaluations`` given here replace the recorded ones for this session)."""
+    from swarmfab.serving.factory import run_engine_goal
+    from swarmfab.serving.goal import validate_engine_goal
+
+    changes = {"budget": budget, "max_evaluations": max_evaluations}
+    goal = validate_engine_goal({**recorded, **{k: v for k, v in changes.items()
+                                                if v is not None}}, f"run {run_id}")
+    _finish(goal, lambda: run_engine_goal(goal, store, workdir, _print,
+                                          started=command_started(), resume=run_id),
+            fail_if_no_champion)
+
+
+def _print(line: str) -> None:
+    console.print(line, highlight=False)
+
+
+def _finish(goal: Any, run: Callable[[], Any], fail_if_no_champion: bool) -> None:
+    try:
+        result = run()
+    except KeyboardInterrupt:  # the factory has recorded the run as interrupted
+        raise typer.Exit(130) from None
     if result.champion_id == result.default_id:
         console.print(f"run {result.run_id}: the default settings stay champion after "
                       f"{result.evaluations} evaluation(s)", highlight=False)

@@ -203,6 +203,13 @@ def resume(
     if record.status == "running":
         errors.print(f"note: run {record.id} is marked running; if it is still alive elsewhere, "
                      "stop it first (this continues from what it recorded)", highlight=False)
+    if record.workload == "engine":
+        from swarmfab._cli_engine import resume_engine
+
+        resume_engine(store, record.id, record.goal, budget=budget, workdir=workdir,
+                      max_evaluations=max_evaluations,
+                      fail_if_no_champion=fail_if_no_champion)
+        return
     goal = Goal.model_validate(record.goal).with_overrides(
         budget=budget, max_evaluations=max_evaluations, workers=workers)
     _launch(goal, store, workdir, resume=record.id, executor=factory,

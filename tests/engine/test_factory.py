@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -193,3 +194,56 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def _verdicts(db: Path) -> tuple[int, int]:
+    """(verdicts, distinct candidates) recorded so far."""
+    with sqlite3.connect(db) as connection:
+        try:
+            total, distinct = connection.execute(
+                "select count(*), count(distinct candidate_id) from verdicts").fetchone()
+        except sqlite3.OperationalError:  # tables not created yet
+            return 0, 0
+    return int(total), int(distinct)
+
+
+@pytest.mark.slow
+def test_an_engine_run_killed_by_sigkill_resumes_without_repeating(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """kill -9 in the middle of an engine run: ``resume`` keeps every verdict, judges
+    nothing twice, serves the recorded champion again and finishes the run."""
+    (tmp_path / "goal.toml").write_text(
+        f'kind = "engine"\nmodel = "{tiny_model}"\nbudget = "300s"\nmax_evaluations = 8\n'
+        "min_rounds = 2\nmax_rounds = 2\nverify_prompts = 2\nverify_tokens = 4\n"
+        "[traffic]\ninput_len = 8\noutput_len = 8\nnum_prompts = 6\nconcurrency = 3\n"
+        "[objective]\np99_tpot_ms = 1000\n")
+    db, work = tmp_path / "x.db", tmp_path / "work"
+
+    def swarmfab(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "swarmfab", *args, "--db", str(db), "--workdir", str(work)],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    first = swarmfab("run", "goal.toml")
+    deadline = time.monotonic() + 240
+    while _verdicts(db)[0] < 2:  # the default and one candidate
+        assert first.poll() is None, first.stdout.read() if first.stdout else ""
+        assert time.monotonic() < deadline, "the run recorded too few verdicts"
+        time.sleep(0.2)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(30)
+    before, _ = _verdicts(db)
+    store = Store(db)
+    run_id = store.runs()[0].id
+    assert store.run(run_id).status == "running"  # killed: nothing could mark it
+    resumed = swarmfab("resume", run_id, "--budget", "150s", "--max-evaluations", "1")
+    output, _ = resumed.communicate(timeout=240)
+    assert resumed.returncode == 0, output
+    assert f"resuming engine run {run_id}" in output and "already judged" in output, output
+    after, distinct = _verdicts(db)
+    assert after == distinct, "a candidate was evaluated twice"
+    assert after == before + 1, output
+    run = store.run(run_id)
+    assert run.status == "finished" and run.summary is not None
+    assert run.summary["evaluations"] == 1  # this session's

@@ -16,7 +16,10 @@ kernel factory's in miniature, with the same parts:
 
 Every verdict goes to the store as it arrives (run, candidates with their recipe as
 source, verdicts, champion, events), so ``show``, ``runs`` and ``report`` read an engine
-run as they read a kernel run, and ``export`` writes its recipe.
+run as they read a kernel run, and ``export`` writes its recipe. A run stopped by Ctrl-C
+(marked ``interrupted``) or killed (left ``running``) continues with ``swarmfab resume``:
+the default starts again for its reference tokens, the recorded champion is the
+incumbent again, and no recorded candidate is evaluated twice.
 """
 
 from __future__ import annotations
@@ -78,25 +81,35 @@ class _Budget:
 
 
 def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
-                    started: float | None = None) -> EngineRunResult:
+                    started: float | None = None, resume: str | None = None
+                    ) -> EngineRunResult:
     """Search engine recipes for ``goal`` within its budget, counted from ``started``
-    (``time.monotonic()``; now by default)."""
+    (``time.monotonic()``; now by default); ``resume`` continues that stopped run."""
     budget = _Budget(goal.budget_s, time.monotonic() if started is None else started)
     from swarmfab.swarm.hosts import host_record
 
     model_dir = goal.model_dir(workdir / "checkpoints")
     space = engine_space(goal.threads)
-    run_id = store.start_run("engine", goal.model_dump(mode="json", by_alias=True),
-                             host_record(goal.threads, "c"))
+    if resume is None:
+        run_id = store.start_run("engine", goal.model_dump(mode="json", by_alias=True),
+                                 host_record(goal.threads, "c"))
+    else:
+        run_id = store.run(resume).id
+        store.reopen_run(run_id)
     workdir = workdir / "engine-runs" / run_id
     workdir.mkdir(parents=True, exist_ok=True)
-    log(f"engine run {run_id}: {model_dir}, traffic {goal.traffic.label()}, "
-        f"metric {goal.metric}, budget {goal.budget_s:.0f} s")
+    log(f"{'resuming ' if resume else ''}engine run {run_id}: {model_dir}, traffic "
+        f"{goal.traffic.label()}, metric {goal.metric}, budget {goal.budget_s:.0f} s")
     default = space.instantiate(space.default(), threads=goal.threads, agent="default",
                                 rationale="the engine's default settings")
     search = _Search(goal, store, run_id, model_dir, workdir, budget, log)
     try:
         result = search.run(default, space)
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "interrupted", {"evaluations": search.evaluations})
+        log(f"interrupted: every verdict so far is recorded; continue with "
+            f"`swarmfab resume {run_id}`")
+        raise
     except BaseException:
         store.finish_run(run_id, "failed", {"evaluations": search.evaluations})
         raise
@@ -133,6 +146,8 @@ class _Search:
 
     def run(self, default: Candidate, space: Any) -> EngineRunResult:
         goal = self.goal
+        judged = [(self.store.candidate(row.candidate_id), verdict)
+                  for row, verdict in self.store.verdicts(self.run_id)]
         started = time.monotonic()
         self.incumbent = self._process(default).start(
             min(goal.startup_timeout_s, max(1.0, self.budget.left())))
@@ -141,24 +156,35 @@ class _Search:
         reference = greedy_tokens(self.incumbent.url, prompts, goal.verify_tokens)
         measured = time.monotonic()
         warm_up(self.incumbent.url, goal)
-        baseline = [load_once(self.incumbent.url, goal, goal.seed + index)
-                    for index in range(goal.min_rounds)]
-        load_s = (time.monotonic() - measured) / goal.min_rounds
-        objective = objective_check(baseline, goal)
-        self.store.record(self.run_id, default, Verdict(
-            default.id, Status.ACCEPTED, f"the reference engine; {objective.detail}",
-            (CheckResult("prompts", "reference", True, "the reference tokens"), objective),
-            elapsed_s=time.monotonic() - started))
-        self.store.set_champion(self.run_id, default.id)
+        if any(candidate.id == default.id for candidate, _ in judged):
+            # resumed: one load run says what a measurement costs now
+            baseline = [load_once(self.incumbent.url, goal, goal.seed)]
+            load_s = time.monotonic() - measured
+        else:
+            baseline = [load_once(self.incumbent.url, goal, goal.seed + index)
+                        for index in range(goal.min_rounds)]
+            load_s = (time.monotonic() - measured) / goal.min_rounds
+            objective = objective_check(baseline, goal)
+            self.store.record(self.run_id, default, Verdict(
+                default.id, Status.ACCEPTED, f"the reference engine; {objective.detail}",
+                (CheckResult("prompts", "reference", True, "the reference tokens"),
+                 objective), elapsed_s=time.monotonic() - started))
+            self.store.set_champion(self.run_id, default.id)
+            judged.append((default, Verdict(default.id, Status.ACCEPTED, "")))
         self.log(f"default: {goal.metric} {_median(baseline):.3g}; "
-                 f"{objective.detail}")
+                 f"{objective_check(baseline, goal).detail}")
+        champion = self._recorded_champion(default)
         # what a comparison costs at least: a start and min_rounds load runs of each side
         closing_s = startup_s + 2 * goal.min_rounds * load_s
         self.eval_s = closing_s + (measured - started - startup_s)  # + verification
-        champion, evaluated = default, {default.id}
-        recent: list[Verdict] = []
+        evaluated = {candidate.id for candidate, _ in judged}
+        recent = [verdict for _, verdict in judged if verdict.candidate_id != default.id]
+        if len(judged) > 1:
+            self.log(f"{len(judged) - 1} candidate(s) already judged in this run; "
+                     f"champion {champion.id}")
         agents = bandit_agents(space.knobs)
-        rng = random.Random(goal.seed)
+        # a resumed run draws afresh rather than replaying the proposals it has judged
+        rng = random.Random(goal.seed if len(judged) == 1 else f"{goal.seed}/{len(judged)}")
         turn = idle = 0
         while idle < len(agents) and self.budget.left() > self.eval_s + closing_s:
             if goal.max_evaluations is not None and self.evaluations >= goal.max_evaluations:
@@ -200,6 +226,29 @@ class _Search:
                      f"({goal.min_rounds} rounds of two {load_s:.0f} s load runs, a "
                      f"{startup_s:.0f} s start); raise the budget or lighten the traffic")
         return self._closing(default, champion)
+
+    def _recorded_champion(self, default: Candidate) -> Candidate:
+        """The run's recorded champion, made the incumbent (a resumed run's crowned
+        recipe starts again; if it no longer starts, the default stays incumbent)."""
+        champion_id = self.store.run(self.run_id).champion_id
+        if champion_id is None or champion_id == default.id:
+            return default
+        champion = self.store.candidate(champion_id)
+        process = self._process(champion, "resumed.log")
+        try:
+            process.start(min(self.goal.startup_timeout_s, max(1.0, self.budget.left())))
+        except EngineStartError as exc:
+            self.log(f"the recorded champion {champion.id} no longer starts ({exc}); "
+                     "the default settings are the incumbent")
+            self.store.set_champion(self.run_id, default.id)
+            self.store.record_event(self.run_id, "champion",
+                                    f"{default.id}: {champion.id} no longer starts")
+            return default
+        assert self.incumbent is not None
+        self.incumbent.stop()
+        self.incumbent = process
+        warm_up(process.url, self.goal)
+        return champion
 
     def _evaluate(self, candidate: Candidate, incumbent_id: str, prompts: list[list[int]],
                   reference: list[list[int]], closing_s: float
