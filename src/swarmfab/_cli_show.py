@@ -98,8 +98,11 @@ def show(
     lines = [("run", record.id), ("workload", record.workload), ("status", record.status),
              ("goal", describe_goal(record.goal or {})),
              ("champion", _champion_line(record.champion_id, knobs,
-                                         bool(data["champion_figures"]))),
+                                         bool(data["champion_figures"]),
+                                         record.workload == "engine")),
              *[("", line) for line in figure_lines(data["champion_figures"])]]
+    if record.workload == "engine" and record.summary:
+        lines += [("gain", _engine_gain(record.summary))]
     if record.champion_id or data["generation"]["predecessor"]:
         lines += [("generation", data["generation"]["describe"])]
     if len(data["generations"]) > 1:
@@ -174,13 +177,26 @@ def figure_lines(figures: list[dict[str, Any]]) -> list[str]:
 
 
 def _champion_line(champion_id: str | None, knobs: dict[str, Any] | None,
-                   figures: bool) -> str:
+                   figures: bool, engine: bool = False) -> str:
     if champion_id is None:
         return "none (no candidate beat the baselines; they are the answer)"
     setting = ", ".join(f"{name}={value}" for name, value in (knobs or {}).items())
-    where = ("; per shape, against the fastest baseline:" if figures
+    where = ("" if engine else "; per shape, against the fastest baseline:" if figures
              else "; no final figures recorded")
     return f"{champion_id} ({setting or 'hand-written'}){where}"
+
+
+def _engine_gain(summary: dict[str, Any]) -> str:
+    """An engine run's closing figure: the champion's metric over the default's."""
+    metric = summary.get("metric", "metric")
+    if not summary.get("gain"):
+        if summary.get("champion") is not None and \
+                summary.get("champion") == summary.get("default"):
+            return "none: the default settings stayed champion"
+        return "not measured (the run ended before its closing comparison)"
+    return (f"{metric} {_interval(summary['gain'], 1.0, 'x', '.2f')} over the default "
+            f"settings ({summary.get('default_metric', 0):.3g} -> "
+            f"{summary.get('champion_metric', 0):.3g}), side by side")
 
 
 def _interval(values: Any, scale: float, unit: str, spec: str) -> str:

@@ -12,11 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from swarmfab.cli import app
 from swarmfab.errors import EngineError, GoalError, SwarmfabError
 from swarmfab.knowledge import Store
 from swarmfab.records import CheckResult, Status, Verdict
 from swarmfab.report.export import export_champion
+from swarmfab.report.html import write_report
+from swarmfab.report.run_view import load_run_view
+from swarmfab.report.serving_view import ServingPoint, pareto_front
 from swarmfab.serving.evaluate import (
     Comparison,
     EngineProcess,
@@ -105,6 +110,16 @@ def test_a_faster_recipe_that_breaks_the_objective_is_not_crowned() -> None:
         verdicts[2].reason
 
 
+def test_the_pareto_front_keeps_only_undominated_settings() -> None:
+    def point(throughput: float, tpot: float) -> ServingPoint:
+        return ServingPoint("c", "candidate", "", 1.0, throughput, 10.0, tpot, 2, True)
+
+    points = [point(100, 10), point(120, 12), point(90, 11), point(120, 15), point(80, 5),
+              point(100, 10)]
+    # (90, 11) is beaten by (100, 10); (120, 15) by (120, 12); equal points both stay
+    assert pareto_front(points) == {0, 1, 4, 5}
+
+
 def test_a_recipe_that_cannot_start_is_reported_with_its_log(tiny_model: Path,
                                                               tmp_path: Path) -> None:
     recipe = _write(tmp_path, Recipe({"threads": 0}).to_json()) / "recipe.json"
@@ -138,6 +153,16 @@ def test_a_short_engine_run_records_verdicts_and_its_recipe_serves(
     if result.champion_id == result.default_id:
         with pytest.raises(SwarmfabError, match="nothing to export"):
             export_champion(store, result.run_id, tmp_path / "out")
+    # the report: every measured setting with its figures, the front, no kernel sections
+    view = load_run_view(store, result.run_id)
+    assert view.serving is not None
+    measured = [v for _, v in verdicts if v.timings]
+    assert len(view.serving.points) == 1 + len(measured)
+    assert view.serving.points[0].role == "default" and view.serving.front
+    assert all(p.output_throughput > 0 and p.p99_tpot_ms > 0 for p in view.serving.points)
+    page = write_report(store, result.run_id, tmp_path / "r.html").read_text()
+    assert "Every measured setting" in page and "Throughput against p99 TPOT" in page
+    assert "PyTorch baselines" not in page and "Roofline" not in page
 
 
 def test_an_exported_recipe_serves_the_same_tokens(tiny_model: Path, tmp_path: Path) -> None:
@@ -155,7 +180,11 @@ def test_an_exported_recipe_serves_the_same_tokens(tiny_model: Path, tmp_path: P
     store.set_champion(run_id, better.id)
     store.record_event(run_id, "champion", f"{better.id}: max_num_batched_tokens=64")
     store.finish_run(run_id, "finished", {"gain": [1.6, 1.5, 1.7], "default_metric": 1.0,
-                                          "champion_metric": 1.6})
+                                          "champion_metric": 1.6, "metric": "goodput",
+                                          "champion": better.id, "default": default.id})
+    shown = CliRunner().invoke(app, ["show", run_id, "--db", str(tmp_path / "runs.db")])
+    assert "gain: goodput 1.60x [1.50, 1.70] over the default settings (1 -> 1.6)" in \
+        " ".join(shown.output.split()), shown.output
     where = export_champion(store, run_id, tmp_path / "out")
     assert json.loads((where / "recipe.json").read_text())["settings"]["threads"] == 1
     assert "x1.60 (95% CI 1.50-1.70)" in (where / "EVIDENCE.md").read_text()

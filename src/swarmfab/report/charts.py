@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from swarmfab.records import Estimate
 from swarmfab.report.run_view import RunView
 
-__all__ = ["Chart", "all_charts", "champion_shapes"]
+__all__ = ["Chart", "all_charts", "champion_shapes", "pareto_chart"]
 
 _STYLE: dict[str, Any] = {"svg.fonttype": "none", "font.size": 9, "axes.titlesize": 11,
           "axes.spines.top": False, "axes.spines.right": False, "svg.hashsalt": "swarmfab"}
@@ -42,6 +42,8 @@ _DRAWING = threading.Lock()  # matplotlib's style settings are process-wide
 def all_charts(view: RunView) -> list[Chart]:
     """Every chart of the report, in reading order."""
     with _DRAWING, matplotlib.rc_context(cast(Any, _STYLE)):
+        if view.serving is not None:  # an engine run: no shapes, roofline or corpus
+            return [progress_chart(view), pareto_chart(view), rejection_chart(view)]
         return [progress_chart(view), shape_chart(view), roofline_chart(view),
                 rejection_chart(view), corpus_chart(view)]
 
@@ -80,16 +82,57 @@ def progress_chart(view: RunView) -> Chart:
     if crowned:
         xs, ys = zip(*[(0.0, 1.0), *crowned, (end, crowned[-1][1])], strict=True)
         axes.step(xs, ys, where="post", color=_CHAMPION, linewidth=2.5, label="champion")
-    axes.axhline(1.0, color=_MUTED, linestyle="--", linewidth=1, label="fastest baseline")
+    engine = view.serving is not None
+    reference = "the default settings" if engine else "the fastest baseline"
+    axes.axhline(1.0, color=_MUTED, linestyle="--", linewidth=1, label=reference)
     axes.set_xlabel("minutes since the run started")
-    axes.set_ylabel("speed over the fastest baseline (x)")
+    axes.set_ylabel(f"{'gain' if engine else 'speed'} over {reference} (x)")
     if not agents:
         _empty(axes, "no verified candidate yet")
     axes.legend(fontsize=7, loc="best")
+    what = ("Each accepted recipe's goal metric over the default settings', compounded from "
+            "its paired load rounds against the incumbent" if engine else
+            "Each accepted candidate's speed over the fastest PyTorch baseline (geometric "
+            "mean over target shapes), compounded from its timing against the incumbent")
     return Chart("progress", title, _svg(figure),
-                 "Each accepted candidate's speed over the fastest PyTorch baseline (geometric "
-                 "mean over target shapes), compounded from its timing against the incumbent; "
-                 "lines are the best so far per agent and the champion overall.")
+                 f"{what}; lines are the best so far per agent and the champion overall.")
+
+
+def pareto_chart(view: RunView) -> Chart:
+    """An engine run: output throughput against p99 TPOT of every measured setting."""
+    title = "Throughput against p99 TPOT: every measured setting"
+    figure, axes = _figure(title, height=3.4)
+    serving = view.serving
+    points = serving.points if serving is not None else []
+    if points:
+        axes.scatter([p.p99_tpot_ms for p in points], [p.output_throughput for p in points],
+                     s=18, color=_MUTED, label="measured setting", zorder=3)
+        front = serving.front if serving is not None else []
+        axes.plot([p.p99_tpot_ms for p in front], [p.output_throughput for p in front],
+                  color="#0f766e", marker="o", markersize=5, linewidth=1.5,
+                  label="Pareto front", zorder=4)
+        for p in points:
+            if p.role == "default":
+                axes.scatter([p.p99_tpot_ms], [p.output_throughput], marker="s", s=60,
+                             color="#334155", label="default settings", zorder=5)
+            if p.candidate_id == view.champion_id and p.role != "default":
+                axes.scatter([p.p99_tpot_ms], [p.output_throughput], marker="*", s=160,
+                             color=_CHAMPION, edgecolor="black", linewidth=0.5,
+                             label="champion", zorder=6)
+        limit = serving.objective.get("p99_tpot_ms") if serving is not None else None
+        if limit is not None:
+            axes.axvline(limit, color=_CHAMPION, linestyle=":", linewidth=1,
+                         label=f"objective: p99 TPOT {limit:g} ms")
+        axes.legend(fontsize=7, loc="best")
+    else:
+        _empty(axes, "no load measurement recorded")
+    axes.set_xlabel("p99 time per output token (ms)")
+    axes.set_ylabel("output tokens/s")
+    return Chart("pareto", title, _svg(figure),
+                 "Medians over each setting's load rounds during the search, at the goal's "
+                 "traffic; the front joins the settings that no other serves more tokens "
+                 "at a lower p99 TPOT. Settings were measured at different moments of a "
+                 "shared host: the champion's gain is the closing side-by-side figure.")
 
 
 def shape_chart(view: RunView) -> Chart:

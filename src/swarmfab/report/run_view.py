@@ -22,6 +22,7 @@ from swarmfab.knowledge import Store
 from swarmfab.knowledge.generations import Generation, Generations
 from swarmfab.measure.roofline import HostPeaks
 from swarmfab.records import Candidate, Estimate, ShapeTiming, Status
+from swarmfab.report.serving_view import ServingView, load_serving_view
 
 __all__ = [
     "Evaluation",
@@ -108,6 +109,7 @@ class RunView:
     lessons: list[str] = field(default_factory=list)
     generation: Generation | None = None  # where its champion stands after refreshes
     generations: list[str] = field(default_factory=list)  # its champion's line of runs
+    serving: ServingView | None = None  # an engine run's load measurements
 
     @property
     def counts(self) -> dict[str, int]:
@@ -151,6 +153,8 @@ def load_run_view(store: Store, run_id: str | None) -> RunView:
     )
     if run.champion_id is not None:
         view.lineage = champion_lineage(store, store.candidate(run.champion_id), evaluations)
+    if run.workload == "engine":
+        view.serving = load_serving_view(store, run.id, run.goal, events)
     generations = Generations(store)
     view.generation = generations.of(run.id)
     view.generations = generations.lineage(run.id)

@@ -44,7 +44,8 @@ from swarmfab.records import CheckResult, Estimate, ShapeTiming, Status, Verdict
 from swarmfab.serving.goal import EngineGoal
 
 __all__ = ["EngineProcess", "EngineStartError", "LoadRound", "compare", "greedy_tokens",
-           "load_once", "metric_of", "objective_check", "verify_tokens", "warm_up"]
+           "load_once", "measured", "metric_of", "objective_check", "verify_tokens",
+           "warm_up"]
 
 
 class EngineStartError(RuntimeError):
@@ -264,6 +265,18 @@ def compare(incumbent_url: str, candidate_url: str, goal: EngineGoal,
             rounds.append(load_once(url, goal, goal.seed + index))
         round_s = time.monotonic() - started
     return pair
+
+
+def measured(candidate_id: str, role: str, rounds: list[LoadRound]) -> dict[str, Any]:
+    """What one engine served in its load runs, medians over rounds: the ``measured``
+    event the report draws its settings table and Pareto front from."""
+    def median(name: str) -> float:
+        return statistics.median(getattr(r, name) for r in rounds)
+
+    return {"candidate": candidate_id, "role": role, "rounds": len(rounds),
+            "metric": median("metric"), "output_throughput": median("output_throughput"),
+            "request_goodput": median("request_goodput"), "p99_ttft_ms": median("p99_ttft_ms"),
+            "p99_tpot_ms": median("p99_tpot_ms"), "failed": sum(r.failed for r in rounds)}
 
 
 def objective_check(rounds: list[LoadRound], goal: EngineGoal) -> CheckResult:

@@ -46,6 +46,7 @@ from swarmfab.serving.evaluate import (
     comparison_verdict,
     greedy_tokens,
     load_once,
+    measured,
     objective_check,
     verify_prompts,
     verify_tokens,
@@ -170,6 +171,7 @@ class _Search:
                 (CheckResult("prompts", "reference", True, "the reference tokens"),
                  objective), elapsed_s=time.monotonic() - started))
             self.store.set_champion(self.run_id, default.id)
+            self._measured(default.id, "default", baseline)
             judged.append((default, Verdict(default.id, Status.ACCEPTED, "")))
         self.log(f"default: {goal.metric} {_median(baseline):.3g}; "
                  f"{objective_check(baseline, goal).detail}")
@@ -226,6 +228,11 @@ class _Search:
                      f"({goal.min_rounds} rounds of two {load_s:.0f} s load runs, a "
                      f"{startup_s:.0f} s start); raise the budget or lighten the traffic")
         return self._closing(default, champion)
+
+    def _measured(self, candidate_id: str, role: str, rounds: list[Any]) -> None:
+        if rounds:
+            self.store.record_event(self.run_id, "measured",
+                                    json.dumps(measured(candidate_id, role, rounds)))
 
     def _recorded_champion(self, default: Candidate) -> Candidate:
         """The run's recorded champion, made the incumbent (a resumed run's crowned
@@ -290,6 +297,7 @@ class _Search:
             status = Status.CRASHED if not process.alive() else Status.REJECTED
             return failed(status, f"load failed: {exc}", process.log_tail())
         self.eval_s = time.monotonic() - started  # the latest: rounds vary with noise
+        self._measured(candidate.id, "candidate", pair.candidate)
         verdict = comparison_verdict(candidate.id, incumbent_id, pair, checks, self.goal,
                                      time.monotonic() - started)
         return verdict, process
@@ -311,6 +319,8 @@ class _Search:
             ratio = pair.ratio()
             gain = ratio.inverted()
             default_metric, champion_metric = _median(pair.incumbent), _median(pair.candidate)
+            self._measured(default.id, "closing-default", pair.incumbent)
+            self._measured(champion.id, "closing-champion", pair.candidate)
             self.store.record_event(self.run_id, "closing", json.dumps({
                 "gain": [gain.median, gain.low, gain.high], "rounds": len(pair.candidate),
                 "default": default_metric, "champion": champion_metric}))

@@ -1,0 +1,116 @@
+"""What the report shows of an engine run: each measured setting, the Pareto front of
+throughput against p99 latency, and the closing default-against-champion measurement.
+
+The engine factory records every load measurement as a ``measured`` event (medians over
+its rounds: the goal's metric, output tokens/s, p99 TTFT and TPOT) and the side-by-side
+gain as a ``closing`` event; this module reads them back. Search figures of different
+settings come from different moments of a shared host, so the Pareto front is a map of
+the space, not a ranking: the gain that counts is the closing one, measured in
+alternating rounds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from swarmfab.errors import SwarmfabError
+from swarmfab.knowledge import Store
+from swarmfab.records import Estimate
+
+__all__ = ["ServingPoint", "ServingView", "load_serving_view", "pareto_front"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServingPoint:
+    """One engine setting's figures in one measurement (medians over its load rounds)."""
+
+    candidate_id: str
+    role: str  # default, candidate, closing-default, closing-champion
+    change: str  # its knobs that differ from the default's ("" for the default)
+    metric: float
+    output_throughput: float  # tokens/s
+    p99_ttft_ms: float
+    p99_tpot_ms: float
+    rounds: int
+    within: bool  # the objective met
+    pareto: bool = False  # no other searched setting serves more at a lower p99 TPOT
+
+
+@dataclass(frozen=True, slots=True)
+class ServingView:
+    metric: str
+    objective: dict[str, float | None]
+    traffic: str
+    points: list[ServingPoint]  # the search: the default, then each measured candidate
+    closing: tuple[ServingPoint, ServingPoint] | None  # default, champion side by side
+    gain: Estimate | None  # the champion's metric over the default's, in the closing rounds
+
+    @property
+    def front(self) -> list[ServingPoint]:
+        return sorted((p for p in self.points if p.pareto), key=lambda p: p.p99_tpot_ms)
+
+
+def pareto_front(points: list[ServingPoint]) -> set[int]:
+    """Indices of the points no other point dominates: at least as much output
+    throughput at no more p99 TPOT, and strictly better in one of the two."""
+    front = set()
+    for i, p in enumerate(points):
+        if not any(q.output_throughput >= p.output_throughput and
+                   q.p99_tpot_ms <= p.p99_tpot_ms and
+                   (q.output_throughput > p.output_throughput or
+                    q.p99_tpot_ms < p.p99_tpot_ms)
+                   for j, q in enumerate(points) if j != i):
+            front.add(i)
+    return front
+
+
+def load_serving_view(store: Store, run_id: str, goal: dict[str, Any],
+                      events: list[tuple[str, str, float]]) -> ServingView:
+    """The engine run's measurements, read from its events."""
+    objective = dict(goal.get("objective") or {})
+    knobs: dict[str, dict[str, Any]] = {}
+
+    def change(candidate_id: str, default_id: str | None) -> str:
+        for key in (candidate_id, default_id):
+            if key is not None and key not in knobs:
+                try:
+                    knobs[key] = store.candidate(key).knobs
+                except SwarmfabError:
+                    knobs[key] = {}
+        if default_id is None or candidate_id == default_id:
+            return ""
+        base = knobs[default_id]
+        return ", ".join(f"{k}={v}" for k, v in sorted(knobs[candidate_id].items())
+                         if base.get(k) != v)
+
+    recorded = [json.loads(detail) for kind, detail, _ in events if kind == "measured"]
+    default_id = next((m["candidate"] for m in recorded if m["role"] == "default"), None)
+    points = [_point(m, change(m["candidate"], default_id), objective) for m in recorded]
+    search = [p for p in points if not p.role.startswith("closing")]
+    front = pareto_front(search)
+    search = [replace(p, pareto=i in front) for i, p in enumerate(search)]
+    closing_points = {p.role: p for p in points if p.role.startswith("closing")}
+    closing = None
+    if {"closing-default", "closing-champion"} <= closing_points.keys():
+        closing = (closing_points["closing-default"], closing_points["closing-champion"])
+    gain = next((Estimate(*json.loads(detail)["gain"]) for kind, detail, _ in events
+                 if kind == "closing"), None)
+    traffic = goal.get("traffic") or {}
+    label = (f"in {traffic.get('input_len')}, out {traffic.get('output_len')}, "
+             f"{traffic.get('num_prompts')} prompts, " +
+             (f"concurrency {traffic['concurrency']}" if traffic.get("concurrency")
+              else f"{traffic.get('request_rate')} requests/s"))
+    return ServingView(str(goal.get("metric", "goodput")), objective, label, search, closing,
+                       gain)
+
+
+def _point(m: dict[str, Any], change: str, objective: dict[str, Any]) -> ServingPoint:
+    ttft_limit, tpot_limit = objective.get("p99_ttft_ms"), objective.get("p99_tpot_ms")
+    within = ((ttft_limit is None or m["p99_ttft_ms"] <= ttft_limit) and
+              (tpot_limit is None or m["p99_tpot_ms"] <= tpot_limit) and not m["failed"])
+    return ServingPoint(m["candidate"], m["role"], change, m["metric"],
+                        m["output_throughput"], m["p99_ttft_ms"], m["p99_tpot_ms"],
+                        m["rounds"], within)
+
