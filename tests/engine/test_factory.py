@@ -55,6 +55,10 @@ def test_engine_goals_are_validated_field_by_field(tmp_path: Path) -> None:
         _goal(traffic={"concurency": 4})
     with pytest.raises(GoalError, match="request_rate"):
         _goal(traffic={"concurrency": None})
+    with pytest.raises(GoalError, match="offered_loads"):
+        _goal(offered_loads=[4, 0])
+    open_loop = _goal(traffic={"request_rate": 2.0}).at_load(5)  # a rate, not a concurrency
+    assert open_loop.traffic.request_rate == 5 and open_loop.traffic.concurrency == 8
     file = tmp_path / "goal.toml"
     file.write_text('kind = "engine"\nmodel = "ckpt"\n[objective]\np99_ttft_ms = 5\n')
     goal = load_engine_goal(file)
@@ -134,9 +138,10 @@ def test_a_short_engine_run_records_verdicts_and_its_recipe_serves(
     tiny_model: Path, tmp_path: Path
 ) -> None:
     goal = _goal(model=str(tiny_model), budget="150s", max_evaluations=2, min_rounds=2,
-                 max_rounds=2, verify_prompts=3, verify_tokens=6,
+                 max_rounds=2, verify_prompts=3, verify_tokens=6, offered_loads=[1, 8],
                  traffic={"input_len": 8, "output_len": 8, "num_prompts": 8,
                           "concurrency": 4})
+    assert goal.at_load(8).traffic.concurrency == 8
     store = Store(tmp_path / "runs.db")
     lines: list[str] = []
     result = run_engine_goal(goal, store, tmp_path / "work", lines.append)
@@ -160,8 +165,15 @@ def test_a_short_engine_run_records_verdicts_and_its_recipe_serves(
     assert len(view.serving.points) == 1 + len(measured)
     assert view.serving.points[0].role == "default" and view.serving.front
     assert all(p.output_throughput > 0 and p.p99_tpot_ms > 0 for p in view.serving.points)
+    # goodput against offered load: default and champion (one engine if the same) at each
+    engines = {result.default_id, result.champion_id}
+    assert set(view.serving.offered) == engines
+    for points in view.serving.offered.values():
+        assert [load for load, _ in points] == [1.0, 8.0]
+        assert all(p.metric > 0 for _, p in points)
     page = write_report(store, result.run_id, tmp_path / "r.html").read_text()
     assert "Every measured setting" in page and "Throughput against p99 TPOT" in page
+    assert "Goodput against offered load" in page
     assert "PyTorch baselines" not in page and "Roofline" not in page
 
 

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from swarmfab.records import Estimate
 from swarmfab.report.run_view import RunView
 
-__all__ = ["Chart", "all_charts", "champion_shapes", "pareto_chart"]
+__all__ = ["Chart", "all_charts", "champion_shapes", "offered_chart", "pareto_chart"]
 
 _STYLE: dict[str, Any] = {"svg.fonttype": "none", "font.size": 9, "axes.titlesize": 11,
           "axes.spines.top": False, "axes.spines.right": False, "svg.hashsalt": "swarmfab"}
@@ -43,7 +43,8 @@ def all_charts(view: RunView) -> list[Chart]:
     """Every chart of the report, in reading order."""
     with _DRAWING, matplotlib.rc_context(cast(Any, _STYLE)):
         if view.serving is not None:  # an engine run: no shapes, roofline or corpus
-            return [progress_chart(view), pareto_chart(view), rejection_chart(view)]
+            charts = [progress_chart(view), pareto_chart(view), rejection_chart(view)]
+            return [*charts, offered_chart(view)] if view.serving.offered else charts
         return [progress_chart(view), shape_chart(view), roofline_chart(view),
                 rejection_chart(view), corpus_chart(view)]
 
@@ -98,6 +99,31 @@ def progress_chart(view: RunView) -> Chart:
                  f"{what}; lines are the best so far per agent and the champion overall.")
 
 
+def offered_chart(view: RunView) -> Chart:
+    """An engine run: the goal's metric of the default and the champion at each offered
+    load."""
+    serving = view.serving
+    assert serving is not None
+    title = f"{serving.metric.replace('_', ' ').capitalize()} against offered load"
+    figure, axes = _figure(title)
+    for candidate_id, points in serving.offered.items():
+        default = points[0][1].role == "offered" and not points[0][1].change
+        axes.plot([load for load, _ in points], [p.metric for _, p in points], marker="o",
+                  color="#334155" if default else _CHAMPION, linewidth=1.5,
+                  label=f"{'default settings' if default else 'champion'} "
+                        f"{candidate_id[:10]}")
+    axes.set_xlabel("offered load (requests/s)" if serving.open_loop
+                    else "offered load (requests in flight)")
+    axes.set_ylabel("goodput (requests/s)" if serving.metric == "goodput"
+                    else "output tokens/s within the objective")
+    axes.set_ylim(bottom=0)
+    axes.legend(fontsize=7, loc="best")
+    return Chart("offered", title, _svg(figure),
+                 "One load run of each engine at each offered load after the closing "
+                 "comparison, alternating; goodput counts the requests that met the "
+                 "objective.")
+
+
 def pareto_chart(view: RunView) -> Chart:
     """An engine run: output throughput against p99 TPOT of every measured setting."""
     title = "Throughput against p99 TPOT: every measured setting"
@@ -120,9 +146,12 @@ def pareto_chart(view: RunView) -> Chart:
                              color=_CHAMPION, edgecolor="black", linewidth=0.5,
                              label="champion", zorder=6)
         limit = serving.objective.get("p99_tpot_ms") if serving is not None else None
-        if limit is not None:
+        if limit is not None and limit <= 1.5 * max(p.p99_tpot_ms for p in points):
             axes.axvline(limit, color=_CHAMPION, linestyle=":", linewidth=1,
                          label=f"objective: p99 TPOT {limit:g} ms")
+        elif limit is not None:  # far right of every setting: named, not drawn
+            axes.scatter([], [], marker="", label=f"objective: p99 TPOT {limit:g} ms "
+                                                  "(beyond every setting)")
         axes.legend(fontsize=7, loc="best")
     else:
         _empty(axes, "no load measurement recorded")

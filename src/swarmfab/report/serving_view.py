@@ -6,13 +6,16 @@ its rounds: the goal's metric, output tokens/s, p99 TTFT and TPOT) and the side-
 gain as a ``closing`` event; this module reads them back. Search figures of different
 settings come from different moments of a shared host, so the Pareto front is a map of
 the space, not a ranking: the gain that counts is the closing one, measured in
-alternating rounds.
+alternating rounds. When the goal names offered loads, the default and the champion
+each served one load run at every one of them after that (``offered`` events): the
+goodput-against-offered-load curves.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from swarmfab.errors import SwarmfabError
@@ -46,6 +49,9 @@ class ServingView:
     points: list[ServingPoint]  # the search: the default, then each measured candidate
     closing: tuple[ServingPoint, ServingPoint] | None  # default, champion side by side
     gain: Estimate | None  # the champion's metric over the default's, in the closing rounds
+    # after the closing comparison: candidate id -> (offered load, figures), load order
+    offered: dict[str, list[tuple[float, ServingPoint]]] = field(default_factory=dict)
+    open_loop: bool = False  # offered loads are request rates (else concurrencies)
 
     @property
     def front(self) -> list[ServingPoint]:
@@ -102,8 +108,17 @@ def load_serving_view(store: Store, run_id: str, goal: dict[str, Any],
              f"{traffic.get('num_prompts')} prompts, " +
              (f"concurrency {traffic['concurrency']}" if traffic.get("concurrency")
               else f"{traffic.get('request_rate')} requests/s"))
+    offered: dict[str, list[tuple[float, ServingPoint]]] = {}
+    for kind, detail, _ in events:
+        if kind == "offered":
+            m = json.loads(detail)
+            offered.setdefault(m["candidate"], []).append(
+                (float(m["load"]), _point(m, change(m["candidate"], default_id), objective)))
+    rate = traffic.get("request_rate")
+    open_loop = isinstance(rate, int | float) and math.isfinite(rate)
     return ServingView(str(goal.get("metric", "goodput")), objective, label, search, closing,
-                       gain)
+                       gain, {k: sorted(v, key=lambda x: x[0]) for k, v in offered.items()},
+                       open_loop)
 
 
 def _point(m: dict[str, Any], change: str, objective: dict[str, Any]) -> ServingPoint:

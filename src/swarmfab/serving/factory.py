@@ -25,6 +25,7 @@ incumbent again, and no recorded candidate is evaluated twice.
 from __future__ import annotations
 
 import json
+import math
 import random
 import statistics
 import time
@@ -177,7 +178,11 @@ class _Search:
                  f"{objective_check(baseline, goal).detail}")
         champion = self._recorded_champion(default)
         # what a comparison costs at least: a start and min_rounds load runs of each side
-        closing_s = startup_s + 2 * goal.min_rounds * load_s
+        # and the offered-load figure after it: two load runs per load, longer when fewer
+        # requests are in flight than the goal's
+        self.load_s = load_s
+        closing_s = startup_s + 2 * goal.min_rounds * load_s + 2 * sum(
+            self._load_s(load) for load in goal.offered_loads)
         self.eval_s = closing_s + (measured - started - startup_s)  # + verification
         evaluated = {candidate.id for candidate, _ in judged}
         recent = [verdict for _, verdict in judged if verdict.candidate_id != default.id]
@@ -228,6 +233,36 @@ class _Search:
                      f"({goal.min_rounds} rounds of two {load_s:.0f} s load runs, a "
                      f"{startup_s:.0f} s start); raise the budget or lighten the traffic")
         return self._closing(default, champion)
+
+    def _load_s(self, load: float) -> float:
+        """About how long one load run at an offered ``load`` takes."""
+        traffic = self.goal.traffic
+        goal_load = (traffic.concurrency if math.isinf(traffic.request_rate)
+                     else traffic.request_rate)
+        return self.load_s * max(1.0, float(goal_load or 1) / load)
+
+    def _offered(self, engines: dict[str, str]) -> None:
+        """Each engine (candidate id -> URL) serves one load run at each of the goal's
+        offered loads, alternating, while the budget lasts (``offered`` events)."""
+        loads = self.goal.offered_loads
+        for index, load in enumerate(loads):
+            need = len(engines) * self._load_s(load)
+            if self.budget.left() < need:
+                self.log(f"offered loads from {load:g} on skipped: {need:.0f} s needed, "
+                         f"{max(0.0, self.budget.left()):.0f} s left")
+                return
+            goal = self.goal.at_load(load)
+            for candidate_id, url in engines.items():
+                try:
+                    rounds = [load_once(url, goal, goal.seed + 1000 + index)]
+                except (httpx.HTTPError, KeyError, ValueError) as exc:
+                    self.log(f"offered load {load:g} failed on {candidate_id}: {exc}")
+                    return
+                self.store.record_event(self.run_id, "offered", json.dumps(
+                    {**measured(candidate_id, "offered", rounds), "load": load}))
+        if loads:
+            self.log(f"goodput at offered loads {', '.join(f'{x:g}' for x in loads)}: "
+                     "recorded for the report")
 
     def _measured(self, candidate_id: str, role: str, rounds: list[Any]) -> None:
         if rounds:
@@ -309,13 +344,16 @@ class _Search:
         default_metric = champion_metric = 0.0
         if champion.id == default.id:
             self.log("no recipe beat the default settings")
+            self._offered({default.id: self.incumbent.url})
         else:
             with self._process(default, "closing.log") as reference:  # keep the first log
                 reference.start(min(self.goal.startup_timeout_s,
                                     max(1.0, self.budget.left())))
                 warm_up(reference.url, self.goal)
+                sweep_s = 2 * sum(self._load_s(load) for load in self.goal.offered_loads)
                 pair = compare(reference.url, self.incumbent.url, self.goal,
-                               time.monotonic() + max(0.0, self.budget.left() - 5))
+                               time.monotonic() + max(0.0, self.budget.left() - 5 - sweep_s))
+                self._offered({default.id: reference.url, champion.id: self.incumbent.url})
             ratio = pair.ratio()
             gain = ratio.inverted()
             default_metric, champion_metric = _median(pair.incumbent), _median(pair.candidate)

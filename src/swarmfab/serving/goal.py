@@ -111,6 +111,19 @@ class EngineGoal(_Strict):
     # measurement on a shared host drifts by more than a kernel timing does
     min_gain: Annotated[float, Field(ge=0, lt=1)] = 0.05
     startup_timeout_s: Annotated[float, Field(alias="startup_timeout", gt=0)] = 180.0
+    # after the closing comparison, the default and the champion each serve one load run
+    # at every offered load (concurrencies for a closed loop, request rates for an open
+    # one) for the report's goodput-against-offered-load figure; the search keeps the
+    # time this needs (two load runs per load)
+    offered_loads: Annotated[list[Annotated[float, Field(gt=0)]],
+                             Field(max_length=16)] = []
+
+    def at_load(self, load: float) -> EngineGoal:
+        """This goal with its traffic at another offered load."""
+        traffic = (self.traffic.model_copy(update={"concurrency": max(1, round(load))})
+                   if math.isinf(self.traffic.request_rate)
+                   else self.traffic.model_copy(update={"request_rate": load}))
+        return self.model_copy(update={"traffic": traffic})
 
     @field_validator("budget_s", "startup_timeout_s", mode="before")
     @classmethod
