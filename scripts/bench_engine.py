@@ -5,7 +5,9 @@ exactly ``--output-len`` greedy output tokens each (EOS ignored), ``2 x concurre
 requests (at least 4), closed loop with ``concurrency`` in flight.
 
 - engine: swarmfab's engine in this process (continuous batching), timed as tokens
-  arrive through its async interface, with the PyTorch references in its KDA slots;
+  arrive through its async interface, with the PyTorch references in its KDA slots; it
+  steps in the main thread and the clients' event loop runs in a helper, as in
+  ``swarmfab serve`` (``AsyncEngine.run_with``);
 - engine+factory-kda: the same with factory kernels in the KDA slots (the design
   space's chunked default for prefill, its recurrent default for decode, or the
   ``--kda-kernel`` file in both), each layer's states updated in place in its pool;
@@ -106,12 +108,14 @@ def run_engine(model_dir: Path, prompts: list[list[int]], output_len: int,
                concurrency: int, slots: KernelSlots | None = None) -> dict[str, Any]:
     engine = AsyncEngine(LLMEngine.from_pretrained(model_dir, _engine_config(concurrency),
                                                    slots))
-    engine.start()
-    try:
-        asyncio.run(_engine_load(engine, prompts[:2], 4, concurrency))  # warm-up
-        records, duration = asyncio.run(_engine_load(engine, prompts, output_len, concurrency))
-    finally:
-        engine.stop()
+
+    async def load() -> tuple[list[RequestRecord], float]:
+        await _engine_load(engine, prompts[:2], 4, concurrency)  # warm-up
+        return await _engine_load(engine, prompts, output_len, concurrency)
+
+    # as `swarmfab serve` runs it: the engine steps in this thread, the clients' event
+    # loop runs in a helper
+    records, duration = engine.run_with(load)
     return summarise(records, duration)
 
 

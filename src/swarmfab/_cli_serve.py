@@ -62,11 +62,9 @@ def serve(
         = None,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (completions, chat, SSE)."""
-    import uvicorn
-
     from swarmfab.engine.async_engine import AsyncEngine
     from swarmfab.engine.engine import EngineConfig, LLMEngine
-    from swarmfab.engine.server import create_app
+    from swarmfab.engine.server import create_app, run_server
 
     if not model_dir.is_dir():
         raise GoalError(f"{model_dir} is not a directory; give a checkpoint directory "
@@ -89,10 +87,11 @@ def serve(
     # the engine's own loading checks config.json, the weights and the tokenizer: a
     # checkpoint it cannot serve is refused here, before anything is announced
     engine = LLMEngine.from_pretrained(model_dir, config, slots)
-    app = create_app(AsyncEngine(engine), model_dir.resolve().name, api_key)
+    stepping = AsyncEngine(engine)
+    app = create_app(stepping, model_dir.resolve().name, api_key)
     console.print(f"serving {model_dir} on http://{host}:{port}/v1 (Ctrl-C stops it)",
                   highlight=False)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    run_server(stepping, app, host, port)
 
 
 def _kda_slots(file: Path) -> Any:

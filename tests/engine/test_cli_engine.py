@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from swarmfab.cli import app
+from swarmfab.engine.async_engine import AsyncEngine
+from swarmfab.engine.engine import LLMEngine
+from swarmfab.engine.request import RequestOutput, SamplingParams
 
 runner = CliRunner()
 
@@ -62,3 +67,48 @@ def test_a_kda_kernel_file_fills_both_kda_slots(tmp_path: Path,
     expected, expected_state = reference(q, k, v, g, beta, output_final_state=True)
     assert torch.allclose(out, expected, atol=1e-5)
     assert torch.allclose(state, expected_state, atol=1e-5)
+
+
+def test_serve_on_a_taken_port_fails_with_a_clear_error(tiny_model: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = runner.invoke(app, ["serve", str(tiny_model), "--port", str(port)])
+    assert result.exit_code == 1, result.output
+    assert f"the server on 127.0.0.1:{port} did not start" in result.output
+
+
+def test_run_with_steps_in_the_calling_thread_and_returns_main_s_result(
+    tiny_model: Path
+) -> None:
+    """The engine steps in the caller's thread, the event loop in a helper; the
+    coroutine's result comes back, and so does its exception."""
+    engine = LLMEngine.from_pretrained(tiny_model)
+    stepped_in: set[str] = set()
+    step = engine.step
+
+    def recording_step() -> list[RequestOutput]:
+        stepped_in.add(threading.current_thread().name)
+        return step()
+
+    engine.step = recording_step  # type: ignore[method-assign]
+    params = SamplingParams(max_tokens=5, temperature=0, ignore_eos=True)
+
+    async def client(driver: AsyncEngine) -> list[int]:
+        assert threading.current_thread() is not threading.main_thread()
+        tokens: list[int] = []
+        async for output in driver.generate([5, 9, 33], params):
+            tokens += output.token_ids
+        return tokens
+
+    driver = AsyncEngine(engine)
+    tokens = driver.run_with(lambda: client(driver))
+    assert tokens == engine.generate([[5, 9, 33]], params)[0]
+    assert stepped_in == {threading.main_thread().name}
+
+    async def broken() -> None:
+        raise ValueError("the client failed")
+
+    with pytest.raises(ValueError, match="the client failed"):
+        AsyncEngine(engine).run_with(broken)

@@ -286,8 +286,24 @@ def serve(model_dir: Path, *, host: str = "127.0.0.1", port: int = 8000,
           api_key: str | None = None, config: EngineConfig | None = None,
           slots: KernelSlots | None = None, log_level: str = "info") -> None:
     """Load the checkpoint and serve it until interrupted."""
+    engine = AsyncEngine(LLMEngine.from_pretrained(model_dir, config, slots))
+    run_server(engine, create_app(engine, model_dir.resolve().name, api_key), host, port,
+               log_level)
+
+
+def run_server(engine: AsyncEngine, app: FastAPI, host: str, port: int,
+               log_level: str = "info") -> None:
+    """Serve ``app`` until SIGINT or SIGTERM, the engine stepping in this (the main)
+    thread and uvicorn's event loop in a helper (:meth:`AsyncEngine.run_with`)."""
     import uvicorn
 
-    engine = AsyncEngine(LLMEngine.from_pretrained(model_dir, config, slots))
-    app = create_app(engine, model_dir.resolve().name, api_key)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level))
+
+    def shutdown() -> None:
+        server.should_exit = True
+
+    try:
+        engine.run_with(server.serve, shutdown)
+    except SystemExit as exc:  # uvicorn could not start (e.g. the port is taken)
+        raise EngineError(f"the server on {host}:{port} did not start (see its log "
+                          "above)") from exc
