@@ -31,7 +31,7 @@ from swarmfab.serving.evaluate import (
     greedy_tokens,
     verify_tokens,
 )
-from swarmfab.serving.factory import run_engine_goal
+from swarmfab.serving.factory import run_engine_goal, same_under_traffic
 from swarmfab.serving.goal import EngineGoal, load_engine_goal, validate_engine_goal
 from swarmfab.serving.recipe import Recipe, engine_space, read_recipe
 from swarmfab.swarm.gate import judge
@@ -112,6 +112,21 @@ def test_a_faster_recipe_that_breaks_the_objective_is_not_crowned() -> None:
     assert [judge(v).promote for v in verdicts] == [False, True, False, False]
     assert verdicts[2].status is Status.REJECTED and "p99 TPOT 150.0 ms > 100 ms" in \
         verdicts[2].reason
+
+
+def test_a_move_that_cannot_change_the_traffic_s_batches_is_not_measured() -> None:
+    """max_num_seqs at or above the requests in flight runs the same batches: measuring
+    it could only crown noise (a 10-minute run once crowned 16 over 32 at concurrency 8)."""
+    base = engine_space(2).default()
+    closed = _goal(traffic={"concurrency": 8})
+    assert same_under_traffic({**base, "max_num_seqs": 16}, base, closed)
+    assert same_under_traffic({**base, "max_num_seqs": 8}, base, closed)
+    assert not same_under_traffic({**base, "max_num_seqs": 4}, base, closed)
+    assert not same_under_traffic({**base, "max_num_seqs": 16, "block_size": 32}, base,
+                                  closed)
+    assert not same_under_traffic({**base, "max_num_seqs": 64},  # open loop, no cap
+                                  base, _goal(traffic={"concurrency": None,
+                                                       "request_rate": 4.0}))
 
 
 def test_the_pareto_front_keeps_only_undominated_settings() -> None:

@@ -57,7 +57,7 @@ from swarmfab.serving.goal import EngineGoal
 from swarmfab.serving.recipe import engine_space
 from swarmfab.swarm.gate import judge
 
-__all__ = ["EngineRunResult", "run_engine_goal"]
+__all__ = ["EngineRunResult", "run_engine_goal", "same_under_traffic"]
 
 Log = Callable[[str], None]
 
@@ -201,6 +201,12 @@ class _Search:
             context = Context(goal=goal, space=space, champion=champion,
                               evaluated=frozenset(evaluated), recent=tuple(recent), rng=rng)
             proposals = agent.propose(context, 1)
+            if proposals and same_under_traffic(proposals[0].knobs, champion.knobs,
+                                                goal):
+                evaluated.add(proposals[0].id)  # it could only measure noise
+                self.log(f"{agent.role}: {_knobs(_changed(proposals[0], champion))} "
+                         "cannot change this traffic's serving; not measured")
+                proposals = []
             if not proposals:
                 idle += 1
                 continue
@@ -213,8 +219,7 @@ class _Search:
             recent.append(verdict)
             self.store.record(self.run_id, candidate, verdict)
             decision = judge(verdict)
-            changed = {k: v for k, v in candidate.knobs.items()
-                       if champion.knobs.get(k) != v}
+            changed = _changed(candidate, champion)
             self.log(f"[{self.evaluations}] {agent.role}: {_knobs(changed)} -> "
                      f"{verdict.status.value}: {verdict.reason}"
                      f"{'  CROWNED' if decision.promote else ''}")
@@ -367,6 +372,22 @@ class _Search:
                      f"x{gain.median:.2f} [{gain.low:.2f}, {gain.high:.2f}]")
         return EngineRunResult(self.run_id, default.id, champion.id, dict(champion.knobs),
                                self.evaluations, gain, default_metric, champion_metric)
+
+
+def same_under_traffic(setting: dict[str, Any], other: dict[str, Any],
+                       goal: EngineGoal) -> bool:
+    """Whether two settings must serve the goal's traffic alike: they differ only in
+    ``max_num_seqs``, and both allow at least the requests the traffic keeps in flight
+    (its concurrency), so the scheduler runs the same batches either way."""
+    changed = {k for k in {*setting, *other} if setting.get(k) != other.get(k)}
+    in_flight = goal.traffic.concurrency
+    return changed == {"max_num_seqs"} and in_flight is not None and all(
+        isinstance(s.get("max_num_seqs"), int) and s["max_num_seqs"] >= in_flight
+        for s in (setting, other))
+
+
+def _changed(candidate: Candidate, champion: Candidate) -> dict[str, Any]:
+    return {k: v for k, v in candidate.knobs.items() if champion.knobs.get(k) != v}
 
 
 def _vocab(url: str) -> int:
