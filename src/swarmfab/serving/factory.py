@@ -133,6 +133,7 @@ class _Search:
         self.model_dir, self.workdir, self.budget, self.log = model_dir, workdir, budget, log
         self.evaluations = 0
         self.incumbent: EngineProcess | None = None
+        self.load_s = 0.0  # one load run of the goal's traffic, measured on the default
         self.eval_s = 0.0  # the latest measured evaluation: whether another still fits
 
     def close(self) -> None:
@@ -158,40 +159,34 @@ class _Search:
         reference = greedy_tokens(self.incumbent.url, prompts, goal.verify_tokens)
         measured = time.monotonic()
         warm_up(self.incumbent.url, goal)
-        if any(candidate.id == default.id for candidate, _ in judged):
-            # resumed: one load run says what a measurement costs now
-            baseline = [load_once(self.incumbent.url, goal, goal.seed)]
-            load_s = time.monotonic() - measured
-        else:
-            baseline = [load_once(self.incumbent.url, goal, goal.seed + index)
-                        for index in range(goal.min_rounds)]
-            load_s = (time.monotonic() - measured) / goal.min_rounds
-            objective = objective_check(baseline, goal)
+        resumed = any(candidate.id == default.id for candidate, _ in judged)
+        # resumed: one load run says what a measurement costs now
+        rounds = 1 if resumed else goal.min_rounds
+        baseline = [load_once(self.incumbent.url, goal, goal.seed + index)
+                    for index in range(rounds)]
+        load_s = self.load_s = (time.monotonic() - measured) / rounds
+        objective = objective_check(baseline, goal)
+        if not resumed:
             self.store.record(self.run_id, default, Verdict(
                 default.id, Status.ACCEPTED, f"the reference engine; {objective.detail}",
                 (CheckResult("prompts", "reference", True, "the reference tokens"),
                  objective), elapsed_s=time.monotonic() - started))
             self.store.set_champion(self.run_id, default.id)
             self._measured(default.id, "default", baseline)
-            judged.append((default, Verdict(default.id, Status.ACCEPTED, "")))
-        self.log(f"default: {goal.metric} {_median(baseline):.3g}; "
-                 f"{objective_check(baseline, goal).detail}")
+        self.log(f"default: {goal.metric} {_median(baseline):.3g}; {objective.detail}")
         champion = self._recorded_champion(default)
-        # what a comparison costs at least: a start and min_rounds load runs of each side
-        # and the offered-load figure after it: two load runs per load, longer when fewer
-        # requests are in flight than the goal's
-        self.load_s = load_s
-        closing_s = startup_s + 2 * goal.min_rounds * load_s + 2 * sum(
-            self._load_s(load) for load in goal.offered_loads)
+        # what a comparison costs at least: a start and min_rounds load runs of each side,
+        # and the offered-load runs after it
+        closing_s = startup_s + 2 * goal.min_rounds * load_s + self._offered_s()
         self.eval_s = closing_s + (measured - started - startup_s)  # + verification
-        evaluated = {candidate.id for candidate, _ in judged}
+        evaluated = {default.id, *(candidate.id for candidate, _ in judged)}
         recent = [verdict for _, verdict in judged if verdict.candidate_id != default.id]
-        if len(judged) > 1:
-            self.log(f"{len(judged) - 1} candidate(s) already judged in this run; "
+        if recent:
+            self.log(f"{len(recent)} candidate(s) already judged in this run; "
                      f"champion {champion.id}")
         agents = bandit_agents(space.knobs)
         # a resumed run draws afresh rather than replaying the proposals it has judged
-        rng = random.Random(goal.seed if len(judged) == 1 else f"{goal.seed}/{len(judged)}")
+        rng = random.Random(f"{goal.seed}/{len(recent)}" if recent else goal.seed)
         turn = idle = 0
         while idle < len(agents) and self.budget.left() > self.eval_s + closing_s:
             if goal.max_evaluations is not None and self.evaluations >= goal.max_evaluations:
@@ -238,6 +233,10 @@ class _Search:
                      f"({goal.min_rounds} rounds of two {load_s:.0f} s load runs, a "
                      f"{startup_s:.0f} s start); raise the budget or lighten the traffic")
         return self._closing(default, champion)
+
+    def _offered_s(self) -> float:
+        """About how long the offered-load runs take: two per load (default, champion)."""
+        return 2 * sum(self._load_s(load) for load in self.goal.offered_loads)
 
     def _load_s(self, load: float) -> float:
         """About how long one load run at an offered ``load`` takes."""
@@ -355,9 +354,9 @@ class _Search:
                 reference.start(min(self.goal.startup_timeout_s,
                                     max(1.0, self.budget.left())))
                 warm_up(reference.url, self.goal)
-                sweep_s = 2 * sum(self._load_s(load) for load in self.goal.offered_loads)
+                left = self.budget.left() - 5 - self._offered_s()
                 pair = compare(reference.url, self.incumbent.url, self.goal,
-                               time.monotonic() + max(0.0, self.budget.left() - 5 - sweep_s))
+                               time.monotonic() + max(0.0, left))
                 self._offered({default.id: reference.url, champion.id: self.incumbent.url})
             ratio = pair.ratio()
             gain = ratio.inverted()
