@@ -107,7 +107,7 @@ def offered_chart(view: RunView) -> Chart:
     title = f"{serving.metric.replace('_', ' ').capitalize()} against offered load"
     figure, axes = _figure(title)
     for candidate_id, points in serving.offered.items():
-        default = points[0][1].role == "offered" and not points[0][1].change
+        default = not points[0][1].change  # the default differs from itself in nothing
         axes.plot([load for load, _ in points], [p.metric for _, p in points], marker="o",
                   color="#334155" if default else _CHAMPION, linewidth=1.5,
                   label=f"{'default settings' if default else 'champion'} "
@@ -129,11 +129,12 @@ def pareto_chart(view: RunView) -> Chart:
     title = "Throughput against p99 TPOT: every measured setting"
     figure, axes = _figure(title, height=3.4)
     serving = view.serving
-    points = serving.points if serving is not None else []
+    assert serving is not None
+    points = serving.points
     if points:
         axes.scatter([p.p99_tpot_ms for p in points], [p.output_throughput for p in points],
                      s=18, color=_MUTED, label="measured setting", zorder=3)
-        front = serving.front if serving is not None else []
+        front = serving.front
         axes.plot([p.p99_tpot_ms for p in front], [p.output_throughput for p in front],
                   color="#0f766e", marker="o", markersize=5, linewidth=1.5,
                   label="Pareto front", zorder=4)
@@ -145,7 +146,7 @@ def pareto_chart(view: RunView) -> Chart:
                 axes.scatter([p.p99_tpot_ms], [p.output_throughput], marker="*", s=160,
                              color=_CHAMPION, edgecolor="black", linewidth=0.5,
                              label="champion", zorder=6)
-        limit = serving.objective.get("p99_tpot_ms") if serving is not None else None
+        limit = serving.objective.get("p99_tpot_ms")
         if limit is not None and limit <= 1.5 * max(p.p99_tpot_ms for p in points):
             axes.axvline(limit, color=_CHAMPION, linestyle=":", linewidth=1,
                          label=f"objective: p99 TPOT {limit:g} ms")
