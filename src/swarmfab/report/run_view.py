@@ -154,7 +154,7 @@ def load_run_view(store: Store, run_id: str | None) -> RunView:
     if run.champion_id is not None:
         view.lineage = champion_lineage(store, store.candidate(run.champion_id), evaluations)
     if run.workload == "engine":
-        view.serving = load_serving_view(store, run.id, run.goal, events)
+        view.serving = load_serving_view(store, run.goal, events)
     generations = Generations(store)
     view.generation = generations.of(run.id)
     view.generations = generations.lineage(run.id)

@@ -21,6 +21,7 @@ from typing import Any
 from swarmfab.errors import SwarmfabError
 from swarmfab.knowledge import Store
 from swarmfab.records import Estimate
+from swarmfab.serving.goal import EngineGoal, validate_engine_goal
 
 __all__ = ["ServingPoint", "ServingView", "load_serving_view", "pareto_front"]
 
@@ -72,10 +73,10 @@ def pareto_front(points: list[ServingPoint]) -> set[int]:
     return front
 
 
-def load_serving_view(store: Store, run_id: str, goal: dict[str, Any],
+def load_serving_view(store: Store, recorded_goal: dict[str, Any],
                       events: list[tuple[str, str, float]]) -> ServingView:
     """The engine run's measurements, read from its events."""
-    objective = dict(goal.get("objective") or {})
+    goal = validate_engine_goal(recorded_goal, "the run's recorded goal")
     knobs: dict[str, dict[str, Any]] = {}
 
     def change(candidate_id: str, default_id: str | None) -> str:
@@ -93,7 +94,7 @@ def load_serving_view(store: Store, run_id: str, goal: dict[str, Any],
 
     recorded = [json.loads(detail) for kind, detail, _ in events if kind == "measured"]
     default_id = next((m["candidate"] for m in recorded if m["role"] == "default"), None)
-    points = [_point(m, change(m["candidate"], default_id), objective) for m in recorded]
+    points = [_point(m, change(m["candidate"], default_id), goal) for m in recorded]
     search = [p for p in points if not p.role.startswith("closing")]
     front = pareto_front(search)
     search = [replace(p, pareto=i in front) for i, p in enumerate(search)]
@@ -103,29 +104,26 @@ def load_serving_view(store: Store, run_id: str, goal: dict[str, Any],
         closing = (closing_points["closing-default"], closing_points["closing-champion"])
     gain = next((Estimate(*json.loads(detail)["gain"]) for kind, detail, _ in events
                  if kind == "closing"), None)
-    traffic = goal.get("traffic") or {}
-    label = (f"in {traffic.get('input_len')}, out {traffic.get('output_len')}, "
-             f"{traffic.get('num_prompts')} prompts, " +
-             (f"concurrency {traffic['concurrency']}" if traffic.get("concurrency")
-              else f"{traffic.get('request_rate')} requests/s"))
     offered: dict[str, list[tuple[float, ServingPoint]]] = {}
     for kind, detail, _ in events:
         if kind == "offered":
             m = json.loads(detail)
             offered.setdefault(m["candidate"], []).append(
-                (float(m["load"]), _point(m, change(m["candidate"], default_id), objective)))
-    rate = traffic.get("request_rate")
-    open_loop = isinstance(rate, int | float) and math.isfinite(rate)
-    return ServingView(str(goal.get("metric", "goodput")), objective, label, search, closing,
-                       gain, {k: sorted(v, key=lambda x: x[0]) for k, v in offered.items()},
-                       open_loop)
+                (float(m["load"]), _point(m, change(m["candidate"], default_id), goal)))
+    return ServingView(goal.metric, goal.objective.model_dump(),
+                       f"{goal.traffic.label()}, {goal.traffic.num_prompts} prompts",
+                       search, closing, gain,
+                       {k: sorted(v, key=lambda x: x[0]) for k, v in offered.items()},
+                       math.isfinite(goal.traffic.request_rate))
 
 
-def _point(m: dict[str, Any], change: str, objective: dict[str, Any]) -> ServingPoint:
-    ttft_limit, tpot_limit = objective.get("p99_ttft_ms"), objective.get("p99_tpot_ms")
-    within = ((ttft_limit is None or m["p99_ttft_ms"] <= ttft_limit) and
-              (tpot_limit is None or m["p99_tpot_ms"] <= tpot_limit) and not m["failed"])
+def _point(m: dict[str, Any], change: str, goal: EngineGoal) -> ServingPoint:
+    """A ``measured``/``offered`` event's figures; the objective judged as the factory
+    judges it (:func:`~swarmfab.serving.evaluate.objective_check` on the medians)."""
+    from swarmfab.serving.evaluate import LoadRound, objective_check
+
+    medians = LoadRound(m["metric"], m["p99_ttft_ms"], m["p99_tpot_ms"],
+                        m["output_throughput"], m["request_goodput"], m["failed"])
     return ServingPoint(m["candidate"], m["role"], change, m["metric"],
                         m["output_throughput"], m["p99_ttft_ms"], m["p99_tpot_ms"],
-                        m["rounds"], within)
-
+                        m["rounds"], objective_check([medians], goal).passed)
