@@ -76,3 +76,33 @@ def test_prefill_chunks_group_while_padding_stays_within_twice_the_real_tokens()
     first.scatter(out, padded)
     assert out[2:66, 0].tolist() == list(range(2, 66)) and out[66:68].eq(-1).all()
     assert out[68:71, 0].tolist() == [68, 69, 70]
+
+
+@pytest.mark.parametrize(("tokens", "hidden", "inner"), [(8, 32, 16), (64, 256, 128)])
+def test_routed_experts_match_each_token_through_its_own_experts(
+        tokens: int, hidden: int, inner: int) -> None:
+    # (8, 32, 16) is under DENSE_EXPERT_MACS, so it runs every expert densely; the other
+    # runs each expert on its own tokens: both must be the per-token weighted sum
+    from swarmfab.engine.slots import (
+        DENSE_EXPERT_MACS,
+        reference_mlp,
+        reference_moe_experts,
+    )
+
+    experts_n, choices = 4, 2
+    generator = torch.Generator().manual_seed(tokens)
+    gate, up = (torch.randn(experts_n, inner, hidden, generator=generator) * hidden ** -0.5
+                for _ in range(2))
+    down = torch.randn(experts_n, hidden, inner, generator=generator) * inner ** -0.5
+    x = torch.randn(tokens, hidden, generator=generator)
+    experts = torch.stack([torch.randperm(experts_n, generator=generator)[:choices]
+                           for _ in range(tokens)])
+    weights = torch.rand(tokens, choices, generator=generator)
+    dense = tokens * gate.numel() * 3 <= DENSE_EXPERT_MACS
+    assert dense == (tokens == 8)
+    expected = torch.stack([
+        sum(weights[t, c] * reference_mlp(x[t:t + 1], gate[e], up[e], down[e])[0]
+            for c, e in enumerate(experts[t].tolist()))
+        for t in range(tokens)])
+    out = reference_moe_experts(x, weights, experts, gate, up, down)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)

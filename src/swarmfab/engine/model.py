@@ -192,7 +192,7 @@ class HybridModel:
         kernel = weight.shape[1]
         if decodes:
             window = torch.cat([windows[decode_slots], x[:decodes, None]], dim=1)  # [D,k,C]
-            out[:decodes] = torch.einsum("dkc,ck->dc", window, weight)
+            out[:decodes] = (window * weight.t()).sum(1)
             windows[decode_slots] = window[:, 1:]
         for group in groups:
             window = torch.cat([windows[group.slots], group.gather(x)], dim=1)  # [P,k-1+T,C]
@@ -279,19 +279,7 @@ class HybridModel:
         if isinstance(w, MlpWeights):
             return self.slots.mlp(x, w.gate, w.up, w.down)
         weights, experts = self._route(x, w)
-        out = torch.zeros_like(x)
-        # (token, choice) pairs sorted by expert: each expert's pairs are one slice
-        order = experts.flatten().argsort(stable=True)
-        counts = torch.bincount(experts.flatten(), minlength=w.gate.shape[0]).tolist()
-        routed = weights.flatten()[order, None].to(x.dtype)
-        start = 0
-        for expert, count in enumerate(counts):
-            if count:
-                piece = slice(start, start + count)
-                token = order[piece] // experts.shape[1]
-                y = self.slots.mlp(x[token], w.gate[expert], w.up[expert], w.down[expert])
-                out.index_add_(0, token, y * routed[piece])
-                start += count
+        out = self.slots.moe_experts(x, weights, experts, w.gate, w.up, w.down)
         if w.shared is not None:
             out = out + self.slots.mlp(x, w.shared.gate, w.shared.up, w.shared.down)
         return out

@@ -56,10 +56,10 @@ def token_step(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One token for every (batch, value head): the state after it, and the output."""
     state = state * g.exp().unsqueeze(-1)
-    predicted = torch.einsum("bhk,bhkv->bhv", k, state)
+    predicted = torch.matmul(k.unsqueeze(-2), state).squeeze(-2)         # k^T S: [B,H,V]
     update = beta.unsqueeze(-1) * (v - predicted)
     state = state + k.unsqueeze(-1) * update.unsqueeze(-2)
-    return state, torch.einsum("bhk,bhkv->bhv", q * scale, state)
+    return state, torch.matmul((q * scale).unsqueeze(-2), state).squeeze(-2)
 
 
 @functools.cache

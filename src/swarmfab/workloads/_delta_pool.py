@@ -60,16 +60,15 @@ def checked_indices(state_indices: Any, batch: int, slots: int,
     if indices.dim() != 1 or indices.numel() != batch:
         raise ValueError(f"state_indices must hold one slot per sequence ({batch}); got "
                          f"shape {list(indices.shape)}")
-    indices = indices.to(device=device, dtype=torch.int64).contiguous()
-    outside = ((indices < 0) | (indices >= slots)).nonzero()
-    if outside.numel():
-        first = int(outside[0, 0])
-        raise ValueError(f"state_indices[{first}] = {int(indices[first])} is outside the "
-                         f"pool of {slots} states")
-    if torch.unique(indices).numel() != batch:
+    values = indices.tolist()  # checked in Python: a decode step's few slots, every layer
+    for position, value in enumerate(values):
+        if not 0 <= value < slots:
+            raise ValueError(f"state_indices[{position}] = {value} is outside the pool of "
+                             f"{slots} states")
+    if len(set(values)) != batch:
         raise ValueError("state_indices name a slot twice: two sequences would write one "
                          "state")
-    return indices
+    return indices.to(device=device, dtype=torch.int64).contiguous()
 
 
 def draw_indices(batch: int, slots: int, generator: torch.Generator) -> torch.Tensor:
