@@ -250,7 +250,10 @@ class GatedDeltaRule(Workload):
             **self.fla_baselines(),
             **_ggml_baselines(),
         }
-        return {name: _delta_pool.with_pools(forward) for name, forward in plain.items()}
+        pools = {name: _delta_pool.with_pools(forward) for name, forward in plain.items()}
+        pools["torch-recurrent"] = _delta_pool.pooled(  # in a pool: advanced in place
+            plain["torch-recurrent"], functools.partial(_advance, self))
+        return pools
 
     def fla_baselines(self) -> dict[str, Forward]:
         """fla's GPU kernels, where fla imports and a CUDA device is present (none here)."""
@@ -402,6 +405,18 @@ def _compiled_recurrent(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     step = _delta_math.compiled_token_step()
     return _delta_math.recurrent(q, k, v, g, beta, scale, initial_state, step=step)
+
+
+def _advance(workload: GatedDeltaRule, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             g: torch.Tensor, beta: torch.Tensor, scale: float | None,
+             states: torch.Tensor) -> torch.Tensor:
+    """The per-token recurrence advancing ``states`` in place, computed in their dtype
+    (the pool's float32); the output in v's dtype."""
+    kind = states.dtype
+    o, _ = _delta_math.recurrent(
+        q.to(kind), k.to(kind), v.to(kind), workload.per_channel_gate(g, q.shape[-1]).to(kind),
+        beta.to(kind), q.shape[-1] ** -0.5 if scale is None else scale, states, in_place=True)
+    return o.to(v.dtype)
 
 
 def _baseline(

@@ -92,9 +92,14 @@ def pool_and_slots(q: torch.Tensor, v: torch.Tensor, initial_state: torch.Tensor
     return pool, checked_indices(state_indices, batch, pool.shape[0], pool.device)
 
 
-def pooled(plain: Plain) -> Callable[..., tuple[torch.Tensor, torch.Tensor | None]]:
+def pooled(plain: Plain, advance: Callable[..., torch.Tensor] | None = None
+           ) -> Callable[..., tuple[torch.Tensor, torch.Tensor | None]]:
     """``plain(q, k, v, g, beta, scale, initial_state, output_final_state)`` given the
-    pool keywords: the pooled states are gathered, passed, and written back."""
+    pool keywords: the pooled states are gathered, passed, and written back.
+
+    ``advance(q, k, v, g, beta, scale, states) -> o``, where given, serves in-place calls
+    instead: it advances ``states`` where they lie, the pool's own first rows when there
+    are no state indices (nothing copied), else a gathered copy written back."""
 
     def forward(
         q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -109,6 +114,12 @@ def pooled(plain: Plain) -> Callable[..., tuple[torch.Tensor, torch.Tensor | Non
             return plain(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                          output_final_state=output_final_state)
         pool, slots = pool_and_slots(q, v, initial_state, state_indices)
+        if advance is not None:
+            states = pool[:q.shape[0]] if slots is None else pool[slots]
+            o = advance(q, k, v, g, beta, scale, states)
+            if slots is not None:
+                pool.index_copy_(0, slots, states)
+            return o, pool
         if slots is None:
             batch = q.shape[0]
             o, state = plain(q, k, v, g, beta, scale=scale, initial_state=pool[:batch],
