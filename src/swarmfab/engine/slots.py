@@ -61,20 +61,22 @@ def reference_moe_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch
             x, up.transpose(1, 2))                                              # [E,N,I]
         y = torch.matmul(hidden, down.transpose(1, 2))                          # [E,N,H]
         return torch.matmul(routed.unsqueeze(1), y.transpose(0, 1)).squeeze(1)  # [N,H]
-    out = torch.zeros_like(x)
-    # (token, choice) pairs sorted by expert: each expert's pairs are one slice
+    # (token, choice) pairs sorted by expert, their rows gathered once: each expert's
+    # pairs are one slice, whose outputs land in one slice of ``y``
     order = experts.flatten().argsort(stable=True)
     counts = torch.bincount(experts.flatten(), minlength=gate.shape[0]).tolist()
-    scale = weights.flatten()[order, None].to(x.dtype)
+    token = order // choices
+    rows = x[token]
+    y = torch.empty_like(rows)
     start = 0
     for expert, count in enumerate(counts):
         if count:
-            piece = slice(start, start + count)
-            token = order[piece] // choices
-            y = reference_mlp(x[token], gate[expert], up[expert], down[expert])
-            out.index_add_(0, token, y * scale[piece])
+            piece = rows[start:start + count]
+            torch.matmul(F.silu(F.linear(piece, gate[expert])) * F.linear(piece, up[expert]),
+                         down[expert].t(), out=y[start:start + count])
             start += count
-    return out
+    routed = weights.flatten()[order, None].to(x.dtype)
+    return torch.zeros_like(x).index_add_(0, token, y * routed)
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
