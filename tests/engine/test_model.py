@@ -106,3 +106,24 @@ def test_routed_experts_match_each_token_through_its_own_experts(
         for t in range(tokens)])
     out = reference_moe_experts(x, weights, experts, gate, up, down)
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rope", [0, 8])
+def test_absorbed_mla_decode_equals_attention_over_expanded_keys_and_values(rope: int) -> None:
+    from swarmfab.engine.slots import absorbed_mla_decode, reference_attention
+
+    seqs, length, heads, nope, value, rank = 3, 11, 4, 16, 12, 20
+    generator = torch.Generator().manual_seed(rope)
+    q = torch.randn(seqs, heads, nope + rope, generator=generator)
+    latents = torch.randn(seqs, length, rank + rope, generator=generator)
+    kv_b = torch.randn(heads * (nope + value), rank, generator=generator) * rank ** -0.5
+    lens = torch.tensor([11, 4, 7])
+    mask = torch.arange(length) < lens[:, None]
+    expanded = (latents[..., :rank] @ kv_b.t()).view(seqs, length, heads, nope + value)
+    keys = torch.cat([expanded[..., :nope],
+                      latents[:, :, None, rank:].expand(-1, -1, heads, -1)], dim=-1)
+    values = expanded[..., nope:]
+    expected = reference_attention(q[:, :, None], keys.transpose(1, 2),
+                                   values.transpose(1, 2), mask[:, None, None, :], 0.3)
+    out = absorbed_mla_decode(q, latents, mask, kv_b, 0.3)
+    torch.testing.assert_close(out, expected[:, :, 0], rtol=1e-4, atol=1e-5)

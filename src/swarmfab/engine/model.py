@@ -242,10 +242,9 @@ class HybridModel:
         if decodes:
             lens = torch.tensor(batch.context_lens[:decodes])
             width = int(lens.max())
-            keys, values = self._expand(rows[batch.context_rows[:decodes, :width]], w)
-            mask = (torch.arange(width) < lens[:, None])[:, None, None, :]
-            out[:decodes] = self.slots.attention(
-                q[:decodes, :, None], keys, values, mask, self._scale)[:, :, 0]
+            out[:decodes] = self.slots.mla_decode(
+                q[:decodes], rows[batch.context_rows[:decodes, :width]],
+                torch.arange(width) < lens[:, None], w.kv_b, self._scale)
         for group in groups:
             totals = torch.tensor(batch.context_lens)[group.seqs]
             width, steps = int(totals.max()), group.rows.shape[1]

@@ -20,13 +20,15 @@ import torch.nn.functional as F
 
 from swarmfab.workloads import Forward, get_workload, with_pools
 
-__all__ = ["KernelSlots", "reference_attention", "reference_mlp", "reference_moe_experts",
-           "reference_rms_norm"]
+__all__ = ["KernelSlots", "absorbed_mla_decode", "reference_attention", "reference_mlp",
+           "reference_moe_experts", "reference_rms_norm"]
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float],
                      torch.Tensor]
 Mlp = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 RmsNorm = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+MlaDecode = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float],
+                     torch.Tensor]
 MoeExperts = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                        torch.Tensor], torch.Tensor]
 
@@ -47,6 +49,29 @@ def reference_mlp(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
                   down: torch.Tensor) -> torch.Tensor:
     """SwiGLU: down(silu(gate x) * up x); weights in nn.Linear's [out, in] layout."""
     return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
+
+
+def absorbed_mla_decode(q: torch.Tensor, latents: torch.Tensor, mask: torch.Tensor,
+                        kv_b: torch.Tensor, scale: float) -> torch.Tensor:
+    """One query per sequence against its cached MLA latents, never expanded into keys
+    and values (weight absorption): the query's position-free part is taken into latent
+    space through kv_b's key half, scored against the latents there, and the context is
+    brought out through kv_b's value half. q [D,H,nope+rope], latents [D,L,rank+rope]
+    (the normed compressed part, then the shared rope part), mask [D,L] (True = may
+    attend), kv_b [H*(nope+v), rank] -> [D,H,v]. Per cached position this costs
+    2*H*rank multiply-adds instead of rank*H*(nope+v) for the expansion."""
+    heads, rank = q.shape[1], kv_b.shape[1]
+    rope = latents.shape[-1] - rank
+    nope = q.shape[-1] - rope
+    halves = kv_b.view(heads, -1, rank)
+    key_half, value_half = halves[:, :nope], halves[:, nope:]          # [H,nope|v,rank]
+    absorbed = torch.matmul(q[..., :nope].transpose(0, 1), key_half).transpose(0, 1)
+    if rope:
+        absorbed = torch.cat([absorbed, q[..., nope:]], dim=-1)         # [D,H,rank+rope]
+    scores = torch.matmul(absorbed, latents.transpose(1, 2)) * scale    # [D,H,L]
+    probs = scores.masked_fill(~mask[:, None, :], float("-inf")).softmax(-1)
+    context = torch.matmul(probs, latents[..., :rank])                  # [D,H,rank]
+    return torch.matmul(context.transpose(0, 1), value_half.transpose(1, 2)).transpose(0, 1)
 
 
 def reference_moe_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor,
@@ -100,9 +125,11 @@ class KernelSlots:
     mlp: Mlp = reference_mlp
     rms_norm: RmsNorm = reference_rms_norm
     moe_experts: MoeExperts = reference_moe_experts
+    mla_decode: MlaDecode = absorbed_mla_decode
     labels: dict[str, str] = field(default_factory=lambda: {
         "kda_prefill": "torch-chunked", "kda_decode": "torch-recurrent",
-        "attention": "torch-sdpa", "mlp": "torch", "rms_norm": "torch", "moe_experts": "torch"})
+        "attention": "torch-sdpa", "mlp": "torch", "rms_norm": "torch", "moe_experts": "torch",
+        "mla_decode": "torch-absorbed"})
 
     def with_kda(self, forward: Forward, label: str, *, prefill: bool = True,
                  decode: bool = True) -> KernelSlots:
