@@ -65,6 +65,23 @@ def test_decodes_come_first_then_prefill_chunks(make: Build) -> None:
     assert step.requests == (early, late) and step.num_new_tokens == (1, 15)
 
 
+def test_decodes_hold_the_lowest_free_slots_and_run_in_slot_order(make: Build) -> None:
+    scheduler = make(slots=4, budget=64)
+    first, second, third = (_request(3, max_tokens=8) for _ in range(3))
+    for request in (first, second, third):
+        scheduler.add(request)
+    _advance(scheduler.schedule())
+    assert [r.state_slot for r in (first, second, third)] == [0, 1, 2]
+    scheduler.finish(first)               # slots 0 then 1 are freed: 0 is taken next
+    scheduler.finish(second)
+    late = _request(2, max_tokens=8)
+    scheduler.add(late)
+    _advance(scheduler.schedule())
+    assert late.state_slot == 0
+    step = scheduler.schedule()           # both decode, in slot order
+    assert step.requests == (late, third) and step.num_decodes == 2
+
+
 def test_running_sequences_and_state_slots_are_limited(make: Build) -> None:
     scheduler = make(slots=2, budget=64)
     requests = [_request(3) for _ in range(4)]

@@ -62,17 +62,19 @@ def _forwards(artifacts: dict[str, Artifact], workload: str) -> dict[str, Forwar
 
 
 @needs_gcc
+@pytest.mark.parametrize("order", [[6, 1, 3], [2, 3, 4]], ids=["scattered", "a-run"])
 @pytest.mark.parametrize("workload", ["kda", "gdn"])
 def test_a_sequence_decoded_in_pieces_in_a_pool_ends_where_one_call_ends(
-    artifacts: dict[str, Artifact], workload: str
+    artifacts: dict[str, Artifact], workload: str, order: list[int]
 ) -> None:
     """Three sequences share a pool of 8 slots: prefill in chunks of 17, 17 and 6 tokens,
     then 5 decode steps of all three at once; the outputs and the slots' states equal
-    one call over the whole 45 tokens; the 5 slots never used are untouched."""
+    one call over the whole 45 tokens; the 5 slots never used are untouched. Slots in a
+    run are worked on in the pool itself, scattered ones gathered and written back."""
     work = get_workload(workload)
     whole = work.make_inputs(Case("whole", Shape(3, 45, 2, 4, 32, 16, True), seed=3))
     expected = work.reference(whole)
-    slots = torch.tensor([6, 1, 3])
+    slots = torch.tensor(order)
     for name, forward in _forwards(artifacts, workload).items():
         pool = torch.randn(8, 4, 32, 16)
         untouched = pool.clone()

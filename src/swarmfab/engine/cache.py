@@ -9,6 +9,8 @@ pool rows. The scheduler decides who gets memory; these classes only track it.
 
 from __future__ import annotations
 
+import heapq
+
 import torch
 
 from swarmfab.engine.config import ModelConfig
@@ -26,7 +28,8 @@ class StateSlots:
         self.recurrent = torch.zeros(layers, num_slots, heads, dim, dim, dtype=torch.float32)
         self.conv = torch.zeros(layers, num_slots, config.conv_kernel - 1, 3 * heads * dim,
                                 dtype=dtype)
-        self._free = list(range(num_slots - 1, -1, -1))
+        self._free = list(range(num_slots))  # a heap: the lowest free slot goes first,
+        # so running sequences hold one run of slots (decoded without a gather)
         self.num_slots = num_slots
 
     @property
@@ -35,13 +38,13 @@ class StateSlots:
 
     def allocate(self) -> int:
         """A zeroed slot; the caller checked :attr:`free` first."""
-        slot = self._free.pop()
+        slot = heapq.heappop(self._free)
         self.recurrent[:, slot].zero_()
         self.conv[:, slot].zero_()
         return slot
 
     def release(self, slot: int) -> None:
-        self._free.append(slot)
+        heapq.heappush(self._free, slot)
 
 
 class BlockPool:

@@ -88,7 +88,7 @@ class Scheduler:
                 chosen[request] = count
         if not preempted:
             self._admit(limit - sum(chosen.values()), chosen)
-        order = sorted(chosen, key=lambda r: chosen[r] != 1)  # stable: decodes first
+        order = sorted(chosen, key=lambda r: _decodes_by_slot(r, chosen[r]))
         return ScheduledStep(tuple(order), tuple(chosen[r] for r in order), tuple(preempted))
 
     def _reserve(self, request: Request, count: int, preempted: list[Request],
@@ -144,6 +144,12 @@ class Scheduler:
         elif request in self.waiting:
             self.waiting.remove(request)
         request.status = RequestStatus.FINISHED
+
+
+def _decodes_by_slot(request: Request, count: int) -> tuple[bool, int]:
+    """Decodes first, in state-slot order (slots in a run are one slice of the pool, no
+    gather), then prefill chunks as they came (the sort is stable)."""
+    return (count != 1, request.state_slot or 0 if count == 1 else 0)
 
 
 def _decodes_first(request: Request) -> tuple[bool, float]:

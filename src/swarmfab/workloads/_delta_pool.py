@@ -115,10 +115,13 @@ def pooled(plain: Plain, advance: Callable[..., torch.Tensor] | None = None
                          output_final_state=output_final_state)
         pool, slots = pool_and_slots(q, v, initial_state, state_indices)
         if advance is not None:
-            states = pool[:q.shape[0]] if slots is None else pool[slots]
+            run = slice(0, q.shape[0]) if slots is None else _run_of(slots)
+            if run is not None:  # the states where they lie
+                return advance(q, k, v, g, beta, scale, pool[run]), pool
+            assert slots is not None
+            states = pool[slots]
             o = advance(q, k, v, g, beta, scale, states)
-            if slots is not None:
-                pool.index_copy_(0, slots, states)
+            pool.index_copy_(0, slots, states)
             return o, pool
         if slots is None:
             batch = q.shape[0]
@@ -134,6 +137,18 @@ def pooled(plain: Plain, advance: Callable[..., torch.Tensor] | None = None
         return o, pool
 
     return forward
+
+
+def _run_of(slots: torch.Tensor) -> slice | None:
+    """The slots as a slice of the pool where they are consecutive and ascending (a call
+    then works in the pool itself); None where they must be gathered."""
+    count = slots.numel()
+    if count == 0:
+        return slice(0, 0)
+    first = int(slots[0])
+    if slots.device.type == "cpu" and torch.equal(slots, torch.arange(first, first + count)):
+        return slice(first, first + count)
+    return None
 
 
 @functools.lru_cache(maxsize=64)
