@@ -149,7 +149,9 @@ class Scheduler:
 def _decodes_by_slot(request: Request, count: int) -> tuple[bool, int]:
     """Decodes first, in state-slot order (slots in a run are one slice of the pool, no
     gather), then prefill chunks as they came (the sort is stable)."""
-    return (count != 1, request.state_slot or 0 if count == 1 else 0)
+    if count != 1:
+        return (True, 0)
+    return (False, request.state_slot if request.state_slot is not None else 0)
 
 
 def _decodes_first(request: Request) -> tuple[bool, float]:

@@ -35,7 +35,7 @@ MoeExperts = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, t
 # Below this many multiply-adds (tokens x every expert's weights), the routed experts run
 # densely: every expert on every token in three batched matmuls, the unchosen ones
 # weighted 0. Such experts are small enough that operator calls, not arithmetic, are the
-# cost, and a loop over experts makes ~9 calls each. Above it, each expert runs on its own
+# cost, and a loop over experts makes ~5 calls each. Above it, each expert runs on its own
 # tokens only (a decode step of a 150M model already does 4x less arithmetic that way).
 DENSE_EXPERT_MACS = 4_000_000
 
