@@ -45,6 +45,9 @@ def serve(
     max_num_seqs: Annotated[int, typer.Option(min=1, help="Running sequences at most.")] = 32,
     max_num_batched_tokens: Annotated[int, typer.Option(
         min=1, help="New tokens per step (the chunked-prefill budget).")] = 256,
+    step_mix: Annotated[str, typer.Option(
+        help="mixed: decodes and prefill chunks share each step; prefill-first: a waiting "
+             "prompt's chunks run in steps of their own.")] = "mixed",
     block_size: Annotated[int, typer.Option(min=1, help="Tokens per KV block.")] = 16,
     kv_cache_mb: Annotated[int, typer.Option(
         min=1, help="Memory for the attention KV pool.")] = 64,
@@ -72,7 +75,7 @@ def serve(
     config = EngineConfig(max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens,
                           block_size=block_size, kv_cache_bytes=kv_cache_mb << 20,
-                          max_model_len=max_model_len, threads=threads)
+                          max_model_len=max_model_len, threads=threads, step_mix=step_mix)
     slots = _kda_slots(kda_kernel) if kda_kernel else None
     if recipe is not None:
         from dataclasses import replace

@@ -74,6 +74,15 @@ def test_a_recipe_is_its_settings_and_a_bad_one_is_refused(tmp_path: Path) -> No
     config = recipe.engine_config()
     assert (config.max_num_seqs, config.threads, config.kv_cache_bytes) == (32, 1, 64 << 20)
     assert candidate.id != space.instantiate(space.default(), threads=2).id
+    chosen = Recipe({"moe_experts": "dense", "mla_decode": "expanded",
+                     "step_mix": "prefill-first"})
+    assert chosen.engine_config().step_mix == "prefill-first"
+    labels = chosen.kernel_slots(tmp_path).labels
+    assert (labels["moe_experts"], labels["mla_decode"]) == ("torch-dense", "torch-expanded")
+    with pytest.raises(EngineError, match="moe_experts must be one of auto, dense, loop"):
+        Recipe({"moe_experts": "sparse"}).kernel_slots(tmp_path)
+    with pytest.raises(EngineError, match="step_mix must be one of"):
+        Recipe({"step_mix": "decode-only"}).engine_config()
     with pytest.raises(EngineError, match="unknown knob"):
         read_recipe(_write(tmp_path, json.dumps({"format": 1, "settings": {"chunk": 3}})))
     with pytest.raises(EngineError, match="format-1"):
@@ -198,7 +207,9 @@ def test_an_exported_recipe_serves_the_same_tokens(tiny_model: Path, tmp_path: P
     space = engine_space(2)
     default = space.instantiate(space.default(), threads=2, agent="default")
     better = space.instantiate({**space.default(), "max_num_batched_tokens": 64,
-                                "threads": 1}, threads=2, agent="builtin-scheduling")
+                                "step_mix": "prefill-first", "moe_experts": "loop",
+                                "mla_decode": "expanded", "threads": 1},
+                               threads=2, agent="builtin-scheduling")
     run_id = store.start_run("engine", {**GOAL, "traffic": {}, "metric": "goodput"},
                              {"cpu": "test"})
     check = CheckResult("prompt 0", "greedy-tokens", True, "same greedy tokens")

@@ -78,16 +78,13 @@ def test_prefill_chunks_group_while_padding_stays_within_twice_the_real_tokens()
     assert out[68:71, 0].tolist() == [68, 69, 70]
 
 
+@pytest.mark.parametrize("choice", ["auto", "dense", "loop"])
 @pytest.mark.parametrize(("tokens", "hidden", "inner"), [(8, 32, 16), (64, 256, 128)])
 def test_routed_experts_match_each_token_through_its_own_experts(
-        tokens: int, hidden: int, inner: int) -> None:
-    # (8, 32, 16) is under DENSE_EXPERT_MACS, so it runs every expert densely; the other
-    # runs each expert on its own tokens: both must be the per-token weighted sum
-    from swarmfab.engine.slots import (
-        DENSE_EXPERT_MACS,
-        reference_mlp,
-        reference_moe_experts,
-    )
+        tokens: int, hidden: int, inner: int, choice: str) -> None:
+    # (8, 32, 16) is under DENSE_EXPERT_MACS, so "auto" runs every expert densely; the
+    # other runs each expert on its own tokens: every way must be the per-token sum
+    from swarmfab.engine.slots import DENSE_EXPERT_MACS, MOE_EXPERTS, reference_mlp
 
     experts_n, choices = 4, 2
     generator = torch.Generator().manual_seed(tokens)
@@ -104,13 +101,15 @@ def test_routed_experts_match_each_token_through_its_own_experts(
         sum(weights[t, c] * reference_mlp(x[t:t + 1], gate[e], up[e], down[e])[0]
             for c, e in enumerate(experts[t].tolist()))
         for t in range(tokens)])
-    out = reference_moe_experts(x, weights, experts, gate, up, down)
+    out = MOE_EXPERTS[choice][0](x, weights, experts, gate, up, down)
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("choice", ["absorbed", "expanded"])
 @pytest.mark.parametrize("rope", [0, 8])
-def test_absorbed_mla_decode_equals_attention_over_expanded_keys_and_values(rope: int) -> None:
-    from swarmfab.engine.slots import absorbed_mla_decode, reference_attention
+def test_mla_decode_equals_attention_over_expanded_keys_and_values(rope: int,
+                                                                   choice: str) -> None:
+    from swarmfab.engine.slots import MLA_DECODE, reference_attention
 
     seqs, length, heads, nope, value, rank = 3, 11, 4, 16, 12, 20
     generator = torch.Generator().manual_seed(rope)
@@ -125,5 +124,5 @@ def test_absorbed_mla_decode_equals_attention_over_expanded_keys_and_values(rope
     values = expanded[..., nope:]
     expected = reference_attention(q[:, :, None], keys.transpose(1, 2),
                                    values.transpose(1, 2), mask[:, None, None, :], 0.3)
-    out = absorbed_mla_decode(q, latents, mask, kv_b, 0.3)
+    out = MLA_DECODE[choice][0](q, latents, mask, kv_b, 0.3)
     torch.testing.assert_close(out, expected[:, :, 0], rtol=1e-4, atol=1e-5)

@@ -12,6 +12,7 @@ from swarmfab.engine.cache import BlockPool, StateSlots
 from swarmfab.engine.config import load_config
 from swarmfab.engine.request import Request, SamplingParams
 from swarmfab.engine.scheduler import ScheduledStep, Scheduler, SchedulerConfig
+from swarmfab.errors import EngineError
 
 Build = Callable[..., Scheduler]
 
@@ -20,8 +21,10 @@ Build = Callable[..., Scheduler]
 def make(tiny_model: Path) -> Build:
     config = load_config(tiny_model)
 
-    def build(slots: int = 4, blocks: int = 64, budget: int = 32) -> Scheduler:
-        return Scheduler(SchedulerConfig(max_num_seqs=slots, max_num_batched_tokens=budget),
+    def build(slots: int = 4, blocks: int = 64, budget: int = 32,
+              mix: str = "mixed") -> Scheduler:
+        return Scheduler(SchedulerConfig(max_num_seqs=slots, max_num_batched_tokens=budget,
+                                         step_mix=mix),
                          StateSlots(config, slots, torch.float32), BlockPool(blocks, 4))
     return build
 
@@ -63,6 +66,34 @@ def test_decodes_come_first_then_prefill_chunks(make: Build) -> None:
     scheduler.add(late)
     step = scheduler.schedule()
     assert step.requests == (early, late) and step.num_new_tokens == (1, 15)
+
+
+def test_prefill_first_runs_prefill_chunks_alone_while_prompts_can_start(
+        make: Build) -> None:
+    scheduler = make(slots=3, budget=16, mix="prefill-first")
+    early = _request(4)
+    scheduler.add(early)
+    _advance(scheduler.schedule())        # early's prompt: it decodes from now on
+    late, later = _request(20), _request(6)
+    scheduler.add(late)
+    scheduler.add(later)
+    step = scheduler.schedule()           # prompts waiting: no decode in this step
+    assert step.requests == (late,) and step.num_new_tokens == (16,)
+    _advance(step)
+    step = scheduler.schedule()           # late's last chunk, then later's whole prompt
+    assert step.requests == (late, later) and step.num_new_tokens == (4, 6)
+    _advance(step)
+    step = scheduler.schedule()           # nothing left to prefill: everyone decodes
+    assert step.num_decodes == 3 and set(step.requests) == {early, late, later}
+    blocked = _request(4)
+    scheduler.add(blocked)                # no free slot: it cannot start, decodes go on
+    step = scheduler.schedule()
+    assert step.num_decodes == 3 and blocked not in step.requests
+
+
+def test_an_unknown_step_mix_is_refused() -> None:
+    with pytest.raises(EngineError, match="step_mix must be one of mixed, prefill-first"):
+        SchedulerConfig(step_mix="decode-only")
 
 
 def test_decodes_hold_the_lowest_free_slots_and_run_in_slot_order(make: Build) -> None:

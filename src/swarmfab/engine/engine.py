@@ -47,10 +47,12 @@ class EngineConfig:
     num_kv_blocks: int | None = None      # overrides kv_cache_bytes when set
     max_model_len: int = 4096
     threads: int | None = None            # intra-op threads; None: by model size
+    step_mix: str = "mixed"               # or "prefill-first" (see engine.scheduler)
 
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads < 1:
             raise EngineError(f"threads must be at least 1, got {self.threads}")
+        self.scheduler()  # checks the scheduling knobs now, not at the first step
 
     def intra_op_threads(self, weight_bytes: int) -> int:
         if self.threads:
@@ -60,7 +62,7 @@ class EngineConfig:
 
     def scheduler(self) -> SchedulerConfig:
         return SchedulerConfig(self.max_num_seqs, self.max_num_batched_tokens,
-                               self.max_model_len)
+                               self.max_model_len, self.step_mix)
 
 
 @dataclass(slots=True)

@@ -3,10 +3,19 @@
 Every step the batch is rebuilt. Running sequences come first (decodes before prefill
 chunks, oldest first), then waiting ones are admitted in arrival order while the step's
 token budget, the running-sequence limit, the KDA state slots and the KV blocks allow.
-Long prompts are prefilled in chunks across steps. When a running sequence needs a KV
-block and none is free, the most recently admitted sequence is preempted: its memory is
-released and it waits again, to recompute its tokens (prompt and output) later.
-The scheduler owns policy only; memory is tracked by the pools it is given.
+Long prompts are prefilled in chunks across steps.
+
+The step mix says whether decodes and prefill chunks share a step. ``mixed`` (the
+default, Sarathi's and vLLM V1's) puts both in every step: running sequences keep
+producing a token each step while new prompts are prefilled in the budget left over,
+which favours inter-token latency. ``prefill-first`` (vLLM V0's) runs a step of prefill
+chunks only whenever a prompt is waiting or part-prefilled and can run, and decodes in
+the steps between: new requests start sooner, running ones pause meanwhile.
+
+When a running sequence needs a KV block and none is free, the most recently admitted
+sequence is preempted: its memory is released and it waits again, to recompute its
+tokens (prompt and output) later. The scheduler owns policy only; memory is tracked by
+the pools it is given.
 """
 
 from __future__ import annotations
@@ -18,7 +27,9 @@ from swarmfab.engine.cache import BlockPool, StateSlots
 from swarmfab.engine.request import Request, RequestStatus
 from swarmfab.errors import EngineError
 
-__all__ = ["ScheduledStep", "Scheduler", "SchedulerConfig"]
+__all__ = ["STEP_MIXES", "ScheduledStep", "Scheduler", "SchedulerConfig"]
+
+STEP_MIXES = ("mixed", "prefill-first")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +37,14 @@ class SchedulerConfig:
     max_num_seqs: int = 32              # running sequences at most
     max_num_batched_tokens: int = 256   # new tokens per step (the chunked-prefill budget)
     max_model_len: int = 4096           # prompt + output per request
+    step_mix: str = "mixed"             # or "prefill-first" (see the module's docstring)
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise EngineError("max_num_seqs and max_num_batched_tokens must be at least 1")
+        if self.step_mix not in STEP_MIXES:
+            raise EngineError(f"step_mix must be one of {', '.join(STEP_MIXES)}, "
+                              f"not {self.step_mix!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +89,14 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> ScheduledStep:
+        if self.config.step_mix == "prefill-first":
+            step = self._schedule(decodes=False)
+            if step.requests or step.preempted:
+                return step
+        return self._schedule(decodes=True)
+
+    def _schedule(self, decodes: bool) -> ScheduledStep:
+        """One step's batch; without ``decodes``, prefill chunks only."""
         limit = self.config.max_num_batched_tokens
         chosen: dict[Request, int] = {}
         preempted: list[Request] = []
@@ -81,9 +104,10 @@ class Scheduler:
             budget = limit - sum(chosen.values())
             if budget == 0:
                 break
-            if request.status is not RequestStatus.RUNNING:
-                continue  # preempted earlier in this loop
-            count = min(request.num_tokens - request.num_computed, budget)
+            left = request.num_tokens - request.num_computed
+            if request.status is not RequestStatus.RUNNING or (left == 1 and not decodes):
+                continue  # preempted earlier in this loop, or a decode left for later
+            count = min(left, budget)
             if self._reserve(request, count, preempted, chosen):
                 chosen[request] = count
         if not preempted:
@@ -147,12 +171,16 @@ class Scheduler:
 
 
 def _decodes_by_slot(request: Request, count: int) -> tuple[bool, int]:
-    """Decodes first, in state-slot order (slots in a run are one slice of the pool, no
-    gather), then prefill chunks as they came (the sort is stable)."""
+    """The order a step's batch is handed to the model: decodes first, in state-slot
+    order (slots in a run are one slice of the pool, no gather), then prefill chunks as
+    they came (the sort is stable)."""
     if count != 1:
         return (True, 0)
     return (False, request.state_slot if request.state_slot is not None else 0)
 
 
 def _decodes_first(request: Request) -> tuple[bool, float]:
+    """The order running sequences draw on a step's token budget: decodes (one token
+    each) before part-prefilled prompts, oldest first within each, so a long prompt's
+    chunk never crowds out a stream's next token and the oldest are served first."""
     return (request.num_tokens - request.num_computed != 1, request.arrival)

@@ -18,10 +18,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from swarmfab.errors import EngineError
 from swarmfab.workloads import Forward, get_workload, with_pools
 
-__all__ = ["KernelSlots", "absorbed_mla_decode", "reference_attention", "reference_mlp",
-           "reference_moe_experts", "reference_rms_norm"]
+__all__ = ["MLA_DECODE", "MOE_EXPERTS", "KernelSlots", "absorbed_mla_decode",
+           "dense_moe_experts", "expanded_mla_decode", "looped_moe_experts",
+           "reference_attention", "reference_mlp", "reference_moe_experts",
+           "reference_rms_norm"]
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float],
                      torch.Tensor]
@@ -78,16 +81,31 @@ def reference_moe_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch
                           gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor
                           ) -> torch.Tensor:
     """The routed experts' weighted sum: x [N,H]; ``experts`` [N,k] chosen per token with
-    ``weights`` [N,k]; SwiGLU experts gate/up [E,I,H], down [E,H,I] -> [N,H]."""
-    tokens, choices = experts.shape
-    if tokens * gate.numel() * 3 <= DENSE_EXPERT_MACS:
-        routed = x.new_zeros(tokens, gate.shape[0]).scatter_(1, experts, weights.to(x.dtype))
-        hidden = F.silu(torch.matmul(x, gate.transpose(1, 2))) * torch.matmul(
-            x, up.transpose(1, 2))                                              # [E,N,I]
-        y = torch.matmul(hidden, down.transpose(1, 2))                          # [E,N,H]
-        return torch.matmul(routed.unsqueeze(1), y.transpose(0, 1)).squeeze(1)  # [N,H]
-    # (token, choice) pairs sorted by expert, their rows gathered once: each expert's
-    # pairs are one slice, whose outputs land in one slice of ``y``
+    ``weights`` [N,k]; SwiGLU experts gate/up [E,I,H], down [E,H,I] -> [N,H]. Dense below
+    :data:`DENSE_EXPERT_MACS`, looped above."""
+    dense = x.shape[0] * gate.numel() * 3 <= DENSE_EXPERT_MACS
+    return (dense_moe_experts if dense else looped_moe_experts)(x, weights, experts, gate,
+                                                                up, down)
+
+
+def dense_moe_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor,
+                      gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor
+                      ) -> torch.Tensor:
+    """Every expert on every token in three batched matmuls, the unchosen weighted 0."""
+    routed = x.new_zeros(x.shape[0], gate.shape[0]).scatter_(1, experts, weights.to(x.dtype))
+    hidden = F.silu(torch.matmul(x, gate.transpose(1, 2))) * torch.matmul(
+        x, up.transpose(1, 2))                                                  # [E,N,I]
+    y = torch.matmul(hidden, down.transpose(1, 2))                              # [E,N,H]
+    return torch.matmul(routed.unsqueeze(1), y.transpose(0, 1)).squeeze(1)      # [N,H]
+
+
+def looped_moe_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor,
+                       gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor
+                       ) -> torch.Tensor:
+    """Each expert on its own tokens only. The (token, choice) pairs are sorted by
+    expert and their rows gathered once: each expert's pairs are one slice, whose
+    outputs land in one slice of ``y``."""
+    choices = experts.shape[1]
     order = experts.flatten().argsort(stable=True)
     counts = torch.bincount(experts.flatten(), minlength=gate.shape[0]).tolist()
     token = order // choices
@@ -104,11 +122,38 @@ def reference_moe_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch
     return torch.zeros_like(x).index_add_(0, token, y * routed)
 
 
+def expanded_mla_decode(q: torch.Tensor, latents: torch.Tensor, mask: torch.Tensor,
+                        kv_b: torch.Tensor, scale: float) -> torch.Tensor:
+    """:func:`absorbed_mla_decode`'s contract, computed as prefill does: every cached
+    latent expanded through kv_b into keys and values, then softmax attention. Dearer
+    per cached position, but a few large matmuls instead of several small ones."""
+    heads, rank = q.shape[1], kv_b.shape[1]
+    rope = latents.shape[-1] - rank
+    nope = q.shape[-1] - rope
+    kv = F.linear(latents[..., :rank], kv_b).view(*latents.shape[:2], heads, -1)
+    k_nope, values = kv[..., :nope], kv[..., nope:]                      # [D,L,H,nope|v]
+    shared = latents[:, :, None, rank:].expand(-1, -1, heads, -1)
+    keys = torch.cat([k_nope, shared], dim=-1)
+    out = F.scaled_dot_product_attention(
+        q[:, :, None], keys.transpose(1, 2), values.transpose(1, 2),
+        attn_mask=mask[:, None, None, :], scale=scale)                    # [D,H,1,v]
+    return out[:, :, 0]
+
+
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         mask: torch.Tensor, scale: float) -> torch.Tensor:
     """Softmax attention: q [B,H,Tq,D], k [B,H,L,D], v [B,H,L,Dv], mask [B,1,Tq,L] (True =
     may attend) -> [B,H,Tq,Dv]."""
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+# the choices a recipe names for the two MLA / MoE slots: name -> (callable, label)
+MOE_EXPERTS: dict[str, tuple[MoeExperts, str]] = {
+    "auto": (reference_moe_experts, "torch"), "dense": (dense_moe_experts, "torch-dense"),
+    "loop": (looped_moe_experts, "torch-loop")}
+MLA_DECODE: dict[str, tuple[MlaDecode, str]] = {
+    "absorbed": (absorbed_mla_decode, "torch-absorbed"),
+    "expanded": (expanded_mla_decode, "torch-expanded")}
 
 
 def _kda_baseline(name: str) -> Forward:
@@ -130,6 +175,17 @@ class KernelSlots:
         "kda_prefill": "torch-chunked", "kda_decode": "torch-recurrent",
         "attention": "torch-sdpa", "mlp": "torch", "rms_norm": "torch", "moe_experts": "torch",
         "mla_decode": "torch-absorbed"})
+
+    def choosing(self, slot: str, name: str) -> KernelSlots:
+        """These slots with ``moe_experts`` or ``mla_decode`` filled by the named choice
+        (:data:`MOE_EXPERTS`, :data:`MLA_DECODE`)."""
+        tables: dict[str, dict[str, tuple[Any, str]]] = {
+            "moe_experts": dict(MOE_EXPERTS), "mla_decode": dict(MLA_DECODE)}
+        choices = tables[slot]
+        if name not in choices:
+            raise EngineError(f"{slot} must be one of {', '.join(choices)}, not {name!r}")
+        forward, label = choices[name]
+        return replace(self, labels={**self.labels, slot: label}, **{slot: forward})
 
     def with_kda(self, forward: Forward, label: str, *, prefill: bool = True,
                  decode: bool = True) -> KernelSlots:

@@ -10,11 +10,13 @@ Knobs and domains:
 
 - scheduling: ``max_num_seqs`` (running sequences), ``max_num_batched_tokens`` (new tokens
   per step, the chunked-prefill budget: small favours inter-token latency, large favours
-  time to first token and throughput);
+  time to first token and throughput), ``step_mix`` (decodes and prefill chunks in one
+  step, or prefill steps of their own first);
 - memory: ``block_size`` (tokens per KV block), ``kv_cache_mb`` (the KV pool);
 - kernels: ``kda_prefill`` and ``kda_decode``: the PyTorch references, or the kernel
   factory's C kernels (the design space's chunked default for prefill, recurrent for
-  decode) built for this host;
+  decode) built for this host; ``moe_experts`` (dense, looped, or by size) and
+  ``mla_decode`` (in latent space, or over expanded keys and values);
 - threads: intra-op threads, ``auto`` being the engine's own choice by model size.
 """
 
@@ -24,6 +26,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from swarmfab.engine.scheduler import STEP_MIXES
+from swarmfab.engine.slots import MLA_DECODE, MOE_EXPERTS
 from swarmfab.errors import EngineError
 from swarmfab.kernels import DesignSpace, Knob, Setting
 
@@ -40,6 +44,8 @@ def engine_space(cpus: int) -> DesignSpace:
              help="running sequences at most"),
         Knob("max_num_batched_tokens", "scheduling", (32, 64, 128, 256, 512, 1024, 2048),
              256, ordered=True, help="new tokens per step (the chunked-prefill budget)"),
+        Knob("step_mix", "scheduling", STEP_MIXES, "mixed",
+             help="whether decodes and prefill chunks share a step"),
         Knob("block_size", "memory", (8, 16, 32, 64), 16, ordered=True,
              help="tokens per KV block"),
         Knob("kv_cache_mb", "memory", (16, 32, 64, 128, 256), 64, ordered=True,
@@ -48,6 +54,11 @@ def engine_space(cpus: int) -> DesignSpace:
              help="KDA prefill: the PyTorch chunked reference or the factory's C kernel"),
         Knob("kda_decode", "kernels", ("torch", "c"), "torch",
              help="KDA decode: the PyTorch recurrence or the factory's C kernel"),
+        Knob("moe_experts", "kernels", tuple(MOE_EXPERTS), "auto",
+             help="routed experts: dense (every expert on every token) or looped, or "
+                  "auto by size"),
+        Knob("mla_decode", "kernels", tuple(MLA_DECODE), "absorbed",
+             help="MLA decode: scored in latent space, or with the latents expanded"),
         Knob("threads", "threads", ("auto", *range(1, max(1, cpus) + 1)), "auto",
              help="intra-op threads (auto: all CPUs for big models, one fewer for small)"),
     )
@@ -80,14 +91,17 @@ class Recipe:
             max_num_seqs=int(s["max_num_seqs"]),
             max_num_batched_tokens=int(s["max_num_batched_tokens"]),
             block_size=int(s["block_size"]), kv_cache_bytes=int(s["kv_cache_mb"]) << 20,
-            threads=None if s["threads"] == "auto" else int(s["threads"]))
+            threads=None if s["threads"] == "auto" else int(s["threads"]),
+            step_mix=str(s["step_mix"]))
 
     def kernel_slots(self, cache: Path) -> Any:
         """The engine's kernel slots: C kernels built (once, cached) where asked."""
         from swarmfab.engine.slots import KernelSlots
 
-        slots = KernelSlots()
-        wanted = {slot: self.setting()[f"kda_{slot}"] for slot in ("prefill", "decode")}
+        setting = self.setting()
+        slots = KernelSlots().choosing("moe_experts", str(setting["moe_experts"])) \
+            .choosing("mla_decode", str(setting["mla_decode"]))
+        wanted = {slot: setting[f"kda_{slot}"] for slot in ("prefill", "decode")}
         for slot, choice in wanted.items():
             if choice not in ("torch", "c"):
                 raise EngineError(f"kda_{slot} must be 'torch' or 'c', not {choice!r}")
