@@ -413,9 +413,9 @@ def _advance(workload: GatedDeltaRule, q: torch.Tensor, k: torch.Tensor, v: torc
     """The per-token recurrence advancing ``states`` in place, computed in their dtype
     (the pool's float32); the output in v's dtype."""
     kind = states.dtype
-    o, _ = _delta_math.recurrent(
-        q.to(kind), k.to(kind), v.to(kind), workload.per_channel_gate(g, q.shape[-1]).to(kind),
-        beta.to(kind), q.shape[-1] ** -0.5 if scale is None else scale, states, in_place=True)
+    o, _ = _baseline(workload, functools.partial(_delta_math.recurrent, in_place=True),
+                     q.to(kind), k.to(kind), v.to(kind), g.to(kind), beta.to(kind),
+                     scale, states)
     return o.to(v.dtype)
 
 

@@ -142,13 +142,14 @@ def pooled(plain: Plain, advance: Callable[..., torch.Tensor] | None = None
 def _run_of(slots: torch.Tensor) -> slice | None:
     """The slots as a slice of the pool where they are consecutive and ascending (a call
     then works in the pool itself); None where they must be gathered."""
-    count = slots.numel()
-    if count == 0:
+    if slots.device.type != "cpu":
+        return None
+    values = slots.tolist()  # a few ints: cheaper than building and comparing a tensor
+    if not values:
         return slice(0, 0)
-    first = int(slots[0])
-    if slots.device.type == "cpu" and torch.equal(slots, torch.arange(first, first + count)):
-        return slice(first, first + count)
-    return None
+    first = values[0]
+    return slice(first, first + len(values)) \
+        if values == list(range(first, first + len(values))) else None
 
 
 @functools.lru_cache(maxsize=64)
