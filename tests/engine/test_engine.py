@@ -138,6 +138,53 @@ def test_a_burst_never_exceeds_the_cache_budget_and_preempted_work_is_recomputed
     assert [r.output_ids for r in requests] == roomy
 
 
+def test_logprobs_agree_across_chunking_preemption_and_teacher_forcing(
+    model: HybridModel,
+) -> None:
+    """Prompt log-probabilities are the same whether the prompt is prefilled in one step,
+    in chunks, or again after a preemption (each token scored once); a generated token's
+    equals its score when prompt + output are fed back as a prompt."""
+    prompts = _prompts((12, 9, 14, 7, 11, 13, 8, 10, 12, 6), seed=7)
+    params = SamplingParams(max_tokens=14, temperature=0, ignore_eos=True, logprobs=2,
+                            prompt_logprobs=1)
+
+    def run(**options: Any) -> tuple[list[Any], LLMEngine]:
+        engine = _engine(model, **options)
+        requests = [engine.add_request(p, params) for p in prompts]
+        outputs: dict[str, list[Any]] = {r.id: [] for r in requests}
+        while engine.has_work():
+            for output in engine.step():
+                outputs[output.request_id].append(output)
+        return [outputs[r.id] for r in requests], engine
+
+    whole, _ = run()
+    squeezed, engine = run(num_kv_blocks=12, block_size=4, max_num_seqs=8,
+                           max_num_batched_tokens=5)
+    assert engine.stats.preemptions > 0
+    for prompt, one, other in zip(prompts, whole, squeezed, strict=True):
+        first = one[0].prompt_logprobs
+        assert [e.token for e in first] == prompt[1:]
+        assert all(o.prompt_logprobs is None for o in one[1:])
+        again = other[0].prompt_logprobs
+        assert [e.token for e in again] == prompt[1:]
+        assert [e.logprob for e in again] == pytest.approx([e.logprob for e in first],
+                                                           abs=1e-4)
+        assert all(len(e.top) == 1 and e.top[0][1] >= e.logprob - 1e-6 for e in first)
+    generated = [o.logprobs[0] for o in whole[0]]
+    assert all(len(g.top) == 2 and g.top[0][0] == g.token for g in generated)  # greedy
+    tokens = [g.token for g in generated]
+    engine = _engine(model)
+    fed = engine.add_request(prompts[0] + tokens, SamplingParams(
+        max_tokens=1, temperature=0, prompt_logprobs=0))
+    while engine.has_work():
+        engine.step()
+    scored = fed.prompt_logprobs[len(prompts[0]) - 1:]
+    assert [e.logprob for e in scored] == pytest.approx([g.logprob for g in generated],
+                                                        abs=1e-4)
+    with pytest.raises(EngineError, match="logprobs must be between 0 and 20"):
+        SamplingParams(logprobs=21)
+
+
 def test_a_request_larger_than_the_cache_is_refused_up_front(model: HybridModel) -> None:
     engine = _engine(model, num_kv_blocks=4, block_size=4)
     with pytest.raises(EngineError, match=r"the engine allows 16 per request"):

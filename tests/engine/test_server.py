@@ -57,6 +57,67 @@ def test_chat_streaming_with_vllm_extensions(client: openai.OpenAI) -> None:
     assert again.choices[0].message.content == streamed
 
 
+def test_completion_logprobs_and_echo_score_text_as_harnesses_do(
+        client: openai.OpenAI) -> None:
+    whole = client.completions.create(model="tiny", prompt="kane tori", max_tokens=5,
+                                      temperature=0, logprobs=3,
+                                      extra_body={"ignore_eos": True, "return_token_ids": True})
+    choice = whole.choices[0]
+    assert choice.logprobs is not None
+    generated = choice.token_ids  # type: ignore[attr-defined]
+    scores = choice.logprobs.token_logprobs
+    assert scores is not None and len(scores) == len(generated) == 5
+    tops = choice.logprobs.top_logprobs
+    assert tops is not None and all(len(top) <= 3 for top in tops)
+    for score, top in zip(scores, tops, strict=True):  # greedy: the chosen is the likeliest
+        assert score == pytest.approx(max(top.values()), abs=1e-5) and score < 0
+    offsets = choice.logprobs.text_offset
+    tokens = choice.logprobs.tokens
+    assert offsets is not None and tokens is not None
+    assert "".join(tokens) == choice.text and offsets[0] == 0
+
+    # the prompt and that completion scored again in one pass (echo, teacher-forced):
+    # the completion's tokens get the same log-probabilities as when they were generated
+    scored = client.completions.create(
+        model="tiny", prompt="kane tori", max_tokens=1, temperature=0, logprobs=1, echo=True,
+        extra_body={"return_tokens_as_token_ids": True})
+    echoed = scored.choices[0].logprobs
+    assert echoed is not None and echoed.tokens is not None and echoed.token_logprobs
+    assert echoed.token_logprobs[0] is None and echoed.top_logprobs[0] is None  # type: ignore[index]
+    assert all(t.startswith("token_id:") for t in echoed.tokens)
+    prompt_ids = [int(t.split(":")[1]) for t in echoed.tokens[:-1]]
+    rescored = client.completions.create(
+        model="tiny", prompt=prompt_ids + generated, max_tokens=1, temperature=0,
+        logprobs=0, echo=True)
+    again = rescored.choices[0].logprobs
+    assert again is not None and again.token_logprobs is not None
+    assert again.token_logprobs[len(prompt_ids):-1] == pytest.approx(scores, abs=1e-4)
+    assert scored.choices[0].text.startswith("kane tori")
+
+
+def test_chat_logprobs_whole_and_streamed(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "suven mola"}]
+    whole = client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=4, temperature=0, logprobs=True,  # type: ignore[arg-type]
+        top_logprobs=2, extra_body={"ignore_eos": True})
+    content = whole.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and len(content) == 4
+    assert all(len(c.top_logprobs) == 2 and c.logprob == pytest.approx(
+        c.top_logprobs[0].logprob, abs=1e-5) for c in content)
+    assert "".join(c.token for c in content) == whole.choices[0].message.content
+    streamed = [c.choices[0].logprobs for c in client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=4, temperature=0, logprobs=True,  # type: ignore[arg-type]
+        stream=True, extra_body={"ignore_eos": True}) if c.choices and c.choices[0].logprobs]
+    tokens = [t for part in streamed for t in part.content or []]
+    assert [t.logprob for t in tokens] == pytest.approx([c.logprob for c in content],
+                                                       abs=1e-5)
+    with pytest.raises(openai.BadRequestError, match="top_logprobs needs logprobs"):
+        client.chat.completions.create(model="tiny", messages=messages,  # type: ignore[arg-type]
+                                       top_logprobs=2)
+    with pytest.raises(openai.BadRequestError, match="echo is supported without stream"):
+        client.completions.create(model="tiny", prompt="a", echo=True, stream=True)
+
+
 def test_models_health_and_the_api_key(server: str, client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list()] == ["tiny"]
     assert httpx.get(f"{server}/health").status_code == 200

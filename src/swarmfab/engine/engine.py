@@ -24,7 +24,13 @@ import torch
 
 from swarmfab.engine.cache import BlockPool, KvCache, StateSlots
 from swarmfab.engine.model import HybridModel, StepBatch
-from swarmfab.engine.request import FinishReason, Request, RequestOutput, SamplingParams
+from swarmfab.engine.request import (
+    FinishReason,
+    Logprob,
+    Request,
+    RequestOutput,
+    SamplingParams,
+)
 from swarmfab.engine.sampling import sample
 from swarmfab.engine.scheduler import ScheduledStep, Scheduler, SchedulerConfig
 from swarmfab.engine.slots import KernelSlots
@@ -165,7 +171,7 @@ class LLMEngine:
                 raise EngineError("the scheduler can place no request: the KV cache or "
                                   "state slots are too small for any waiting prompt")
             return []
-        batch, sampled = self._batch(scheduled)
+        batch, plan = self._batch(scheduled)
         logits = self.model.forward(batch, self.states, self.kv)
         for request, count in zip(scheduled.requests, scheduled.num_new_tokens, strict=True):
             prompt = len(request.prompt_ids)
@@ -173,30 +179,33 @@ class LLMEngine:
                                             - request.num_computed)
             request.num_computed += count
         self.stats.steps += 1
-        tokens = sample(logits, sampled)
+        sampled = plan.sampled
+        tokens = sample(logits[plan.sample_at] if plan.prompt_rows else logits, sampled)
         self.stats.record_tokens(len(tokens))
+        chosen = plan.logprobs(logits, tokens)
         outputs = []
-        for request, token in zip(sampled, tokens, strict=True):
+        for request, token, logprob in zip(sampled, tokens, chosen, strict=True):
             request.append(token, self.config.max_model_len)
-            outputs.append(request.take_output((token,)))
+            outputs.append(request.take_output((token,), logprob))
             if request.finish_reason is not None:
                 self.scheduler.finish(request)
                 self.stats.finished += 1
         return outputs
 
-    def _batch(self, step: ScheduledStep) -> tuple[StepBatch, list[Request]]:
+    def _batch(self, step: ScheduledStep) -> tuple[StepBatch, _LogitPlan]:
         size = self.pool.block_size
         ids: list[int] = []
         kv_rows: list[int] = []
-        sample_rows: list[int] = []
-        sampled: list[Request] = []
+        plan = _LogitPlan()
         for request, count in zip(step.requests, step.num_new_tokens, strict=True):
-            for position in range(request.num_computed, request.num_computed + count):
+            first = request.num_computed
+            for position in range(first, first + count):
                 ids.append(request.token(position))
                 kv_rows.append(request.blocks[position // size] * size + position % size)
-            if request.num_computed + count == request.num_tokens:
-                sample_rows.append(len(ids) - 1)
-                sampled.append(request)
+            if request.params.prompt_logprobs is not None:
+                plan.add_prompt(request, len(ids) - count, first, count)
+            if first + count == request.num_tokens:
+                plan.add_sample(request, len(ids) - 1)
         lens = [r.num_computed + n for r, n in zip(step.requests, step.num_new_tokens,
                                                      strict=True)]
         width = max(lens)
@@ -210,9 +219,9 @@ class LLMEngine:
             num_decodes=step.num_decodes,
             state_slots=tuple(r.state_slot for r in step.requests),  # type: ignore[misc]
             kv_rows=torch.tensor(kv_rows), context_rows=context_rows,
-            context_lens=tuple(lens), sample_rows=torch.tensor(sample_rows, dtype=torch.long),
+            context_lens=tuple(lens), sample_rows=torch.tensor(plan.rows, dtype=torch.long),
         )
-        return batch, sampled
+        return batch, plan
 
     def generate(self, prompts: list[list[int]], params: SamplingParams
                  ) -> list[list[int]]:
@@ -221,3 +230,49 @@ class LLMEngine:
         while self.has_work():
             self.step()
         return [r.output_ids for r in requests]
+
+
+@dataclass(slots=True)
+class _LogitPlan:
+    """Which rows of a step need logits: one per sampling request, and the rows of
+    prompts whose log-probabilities were asked for. ``rows`` index the step's tokens;
+    the model returns logits in that order."""
+
+    rows: list[int] = field(default_factory=list)
+    sampled: list[Request] = field(default_factory=list)
+    sample_at: list[int] = field(default_factory=list)      # into the logits
+    prompt_rows: list[tuple[Request, int, int]] = field(default_factory=list)  # at, target
+
+    def add_sample(self, request: Request, row: int) -> None:
+        self.sampled.append(request)
+        self.sample_at.append(len(self.rows))
+        self.rows.append(row)
+
+    def add_prompt(self, request: Request, row: int, first: int, count: int) -> None:
+        """The logits at prompt position p score prompt token p + 1; tokens recorded
+        before (by a step this request repeats after preemption) are skipped."""
+        prompt, recorded = request.prompt_ids, len(request.prompt_logprobs)
+        for position in range(max(first, recorded), min(first + count, len(prompt) - 1)):
+            self.prompt_rows.append((request, len(self.rows), prompt[position + 1]))
+            self.rows.append(row + position - first)
+
+    def logprobs(self, logits: torch.Tensor, tokens: list[int]
+                 ) -> list[tuple[Logprob, ...]]:
+        """Each sampled token's log-probability where its request asked (else ()); the
+        prompt rows' go to their requests' ``prompt_logprobs``."""
+        wanted = [r.params.logprobs is not None for r in self.sampled]
+        if not any(wanted) and not self.prompt_rows:
+            return [()] * len(tokens)
+        scores = torch.log_softmax(logits.float(), dim=-1)
+        for request, at, target in self.prompt_rows:
+            request.prompt_logprobs.append(
+                _logprob(scores[at], target, request.params.prompt_logprobs or 0))
+        return [(_logprob(scores[at], token, request.params.logprobs or 0),) if want else ()
+                for request, at, token, want in zip(self.sampled, self.sample_at, tokens,
+                                                    wanted, strict=True)]
+
+
+def _logprob(scores: torch.Tensor, token: int, top: int) -> Logprob:
+    best = scores.topk(top) if top else None
+    return Logprob(token, float(scores[token]), () if best is None else tuple(
+        zip(best.indices.tolist(), best.values.tolist(), strict=True)))

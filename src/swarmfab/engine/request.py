@@ -12,7 +12,10 @@ import torch
 from swarmfab.engine.tokenizer import Detokenizer, Tokenizer
 from swarmfab.errors import EngineError
 
-__all__ = ["FinishReason", "Request", "RequestOutput", "RequestStatus", "SamplingParams"]
+__all__ = ["MAX_LOGPROBS", "FinishReason", "Logprob", "Request", "RequestOutput",
+           "RequestStatus", "SamplingParams"]
+
+MAX_LOGPROBS = 20  # alternatives per position at most (OpenAI's chat API allows 20)
 
 _ids = itertools.count()
 
@@ -31,9 +34,18 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     min_tokens: int = 0
+    # log-probabilities (of the model's distribution, before sampling's changes): of each
+    # generated token with its ``logprobs`` most likely alternatives; of each prompt token
+    # after the first with ``prompt_logprobs`` alternatives. None: not computed
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         problems = []
+        for name in ("logprobs", "prompt_logprobs"):
+            wanted = getattr(self, name)
+            if wanted is not None and not 0 <= wanted <= MAX_LOGPROBS:
+                problems.append(f"{name} must be between 0 and {MAX_LOGPROBS}, got {wanted}")
         if self.max_tokens < 1:
             problems.append(f"max_tokens must be at least 1, got {self.max_tokens}")
         if self.temperature < 0:
@@ -53,6 +65,15 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+@dataclass(frozen=True, slots=True)
+class Logprob:
+    """A token's log-probability and the most likely tokens at its position."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()   # (token, logprob), most likely first
 
 
 class RequestStatus(enum.Enum):
@@ -79,6 +100,8 @@ class RequestOutput:
     completion_tokens: int
     finish_reason: FinishReason | None
     time: float
+    logprobs: tuple[Logprob, ...] = ()            # of token_ids, when asked for
+    prompt_logprobs: tuple[Logprob, ...] | None = None  # once, with the first token
 
     @property
     def finished(self) -> bool:
@@ -103,6 +126,7 @@ class Request:
     finish_reason: FinishReason | None = None
     emitted_chars: int = 0
     generator: torch.Generator | None = None
+    prompt_logprobs: list[Logprob] = field(default_factory=list)  # prompt tokens 1, 2, ...
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
@@ -154,15 +178,21 @@ class Request:
         if self.finish_reason is not None and self.detokenizer is not None and not cut:
             self.detokenizer.flush()  # a last incomplete character is released as is
 
-    def take_output(self, new_tokens: tuple[int, ...]) -> RequestOutput:
-        """The text not yet streamed; a possible stop-string prefix is held back."""
+    def take_output(self, new_tokens: tuple[int, ...], logprobs: tuple[Logprob, ...] = ()
+                    ) -> RequestOutput:
+        """The text not yet streamed; a possible stop-string prefix is held back. The
+        prompt's log-probabilities come with the first token, when they were asked for."""
         text = self.text
         end = len(text)
         if self.finish_reason is None and self.params.stop:
             end = max(self.emitted_chars, end - max(len(s) for s in self.params.stop) + 1)
         new, self.emitted_chars = text[self.emitted_chars:end], end
+        prompt = (tuple(self.prompt_logprobs)
+                  if self.params.prompt_logprobs is not None and len(self.output_ids) == 1
+                  and new_tokens else None)
         return RequestOutput(self.id, new, new_tokens, len(self.prompt_ids),
-                             len(self.output_ids), self.finish_reason, time.monotonic())
+                             len(self.output_ids), self.finish_reason, time.monotonic(),
+                             logprobs, prompt)
 
 
 def _cut_at_stop_string(detokenizer: Detokenizer, stops: tuple[str, ...], emitted: int) -> bool:

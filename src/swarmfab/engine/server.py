@@ -2,7 +2,8 @@
 
 Endpoints: ``/v1/completions``, ``/v1/chat/completions`` (SSE with ``stream: true``,
 usage counts, vLLM's ``ignore_eos`` / ``min_tokens`` / ``top_k``), ``/v1/models``,
-``/health`` and ``/metrics`` (Prometheus). With an API key every endpoint but
+``/health`` and ``/metrics`` (Prometheus); log-probabilities (:mod:`logprobs`), with
+completions' ``echo`` scoring a text as evaluation harnesses do. With an API key every endpoint but
 ``/health`` wants ``Authorization: Bearer KEY``. Errors use OpenAI's body shape.
 """
 
@@ -27,6 +28,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from swarmfab.engine.async_engine import AsyncEngine
 from swarmfab.engine.engine import EngineConfig, LLMEngine
+from swarmfab.engine.logprobs import (
+    TokenText,
+    chat_logprobs,
+    completion_logprobs,
+    echoed,
+    joined,
+    token_namer,
+)
 from swarmfab.engine.protocol import ChatCompletionRequest, CompletionRequest, error_body
 from swarmfab.engine.request import RequestOutput, SamplingParams
 from swarmfab.engine.slots import KernelSlots
@@ -146,11 +155,17 @@ def create_app(engine: AsyncEngine, model_name: str, api_key: str | None = None)
                           ) -> Response | dict[str, Any]:
         try:
             ids = _prompt_ids(body.prompt)
-            params = body.sampling(body.max_tokens)
+            params = body.params(body.max_tokens)
         except EngineError as exc:
             return _error(400, str(exc))
-        return await _respond(request, body.model or model_name, ids, params, body.stream,
-                              body.include_usage, chat=False,
+        echo = None
+        if body.echo:
+            echo = (body.prompt if isinstance(body.prompt, str) else
+                    str(body.prompt[0]) if body.prompt and isinstance(body.prompt[0], str)
+                    else tokenizer.decode(ids) if tokenizer else "", ids)
+        shape = _Shape(body.model or model_name, chat=False, echo=echo,
+                       names=_names(body.logprobs is not None, body.return_tokens_as_token_ids))
+        return await _respond(request, shape, ids, params, body.stream, body.include_usage,
                               token_ids=body.return_token_ids)
 
     @app.post("/v1/chat/completions", response_model=None)
@@ -160,22 +175,25 @@ def create_app(engine: AsyncEngine, model_name: str, api_key: str | None = None)
                 if tokenizer else ""
             ids = _encode(prompt)
             wanted = body.max_completion_tokens or body.max_tokens
-            params = body.sampling(wanted or max(1, min(256, capacity - len(ids))))
+            params = body.params(wanted or max(1, min(256, capacity - len(ids))))
         except EngineError as exc:
             return _error(400, str(exc))
-        return await _respond(request, body.model or model_name, ids, params, body.stream,
-                              body.include_usage, chat=True,
+        shape = _Shape(body.model or model_name, chat=True,
+                       names=_names(body.logprobs, body.return_tokens_as_token_ids))
+        return await _respond(request, shape, ids, params, body.stream, body.include_usage,
                               token_ids=body.return_token_ids)
 
-    async def _respond(request: Request, model: str, ids: list[int], params: SamplingParams,
-                       stream: bool, include_usage: bool, *, chat: bool,
+    def _names(wanted: bool, as_ids: bool) -> TokenText | None:
+        return token_namer(tokenizer, as_ids) if wanted else None
+
+    async def _respond(request: Request, shape: _Shape, ids: list[int],
+                       params: SamplingParams, stream: bool, include_usage: bool, *,
                        token_ids: bool = False) -> Response | dict[str, Any]:
         try:
             outputs = engine.generate(ids, params)
             first = await anext(outputs)
         except EngineError as exc:
             return _error(400, str(exc))
-        shape = _Shape(model, chat)
         if stream:
             return StreamingResponse(shape.events(first, outputs, include_usage),
                                      media_type="text/event-stream")
@@ -206,13 +224,19 @@ async def _collect_unless_gone(request: Request, first: RequestOutput,
 
 
 class _Shape:
-    """OpenAI's response objects for completions or chat, whole or as SSE chunks."""
+    """OpenAI's response objects for completions or chat, whole or as SSE chunks;
+    ``names`` writes tokens in log-probabilities (None: none were asked for), ``echo``
+    is the prompt's text and ids, put before a completion's."""
 
-    def __init__(self, model: str, chat: bool):
+    def __init__(self, model: str, chat: bool, names: TokenText | None = None,
+                 echo: tuple[str, list[int]] | None = None):
         self.model = model
         self.chat = chat
+        self.names = names
+        self.echo = echo
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
+        self.offset = 0  # streamed text so far: completions' text offsets continue from it
 
     def _object(self, choices: list[dict[str, Any]], chunk: bool) -> dict[str, Any]:
         kind = ("chat.completion" if self.chat else "text_completion") + (
@@ -226,11 +250,25 @@ class _Shape:
                 "completion_tokens": last.completion_tokens,
                 "total_tokens": last.prompt_tokens + last.completion_tokens}
 
+    def _logprobs(self, outputs: list[RequestOutput]) -> dict[str, Any] | None:
+        if self.names is None:
+            return None
+        entries = [e for o in outputs for e in o.logprobs]
+        if self.chat:
+            return chat_logprobs(entries, self.names)
+        parts = []
+        if self.echo is not None:
+            parts.append(echoed(self.echo[1][0], outputs[0].prompt_logprobs or (),
+                                self.names))
+        parts.append(completion_logprobs(entries, self.names, self.offset))
+        return joined(parts)
+
     def whole(self, outputs: list[RequestOutput], token_ids: bool = False) -> dict[str, Any]:
-        text = "".join(o.text for o in outputs)
+        text = (self.echo[0] if self.echo else "") + "".join(o.text for o in outputs)
         last = outputs[-1]
         reason = last.finish_reason.value if last.finish_reason else None
-        choice: dict[str, Any] = {"index": 0, "finish_reason": reason, "logprobs": None}
+        choice: dict[str, Any] = {"index": 0, "finish_reason": reason,
+                                  "logprobs": self._logprobs(outputs)}
         if token_ids:
             choice["token_ids"] = [t for o in outputs for t in o.token_ids]
         if self.chat:
@@ -239,9 +277,10 @@ class _Shape:
             choice["text"] = text
         return {**self._object([choice], chunk=False), "usage": self._usage(last)}
 
-    def _chunk(self, text: str | None, reason: str | None, role: bool = False
-               ) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": reason, "logprobs": None}
+    def _chunk(self, text: str | None, reason: str | None, role: bool = False,
+               output: RequestOutput | None = None) -> dict[str, Any]:
+        logprobs = self._logprobs([output]) if output is not None else None
+        choice: dict[str, Any] = {"index": 0, "finish_reason": reason, "logprobs": logprobs}
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant"} if role else {}
             if text is not None:
@@ -249,6 +288,8 @@ class _Shape:
             choice["delta"] = delta
         else:
             choice["text"] = text or ""
+            if logprobs and logprobs["tokens"]:
+                self.offset = logprobs["text_offset"][-1] + len(logprobs["tokens"][-1])
         return self._object([choice], chunk=True)
 
     async def events(self, first: RequestOutput, rest: AsyncGenerator[RequestOutput, None],
@@ -261,8 +302,8 @@ class _Shape:
             async for output in _chain(first, rest):
                 last = output
                 reason = output.finish_reason.value if output.finish_reason else None
-                if output.text or reason:
-                    yield _sse(self._chunk(output.text, reason))
+                if output.text or reason or (self.names and output.logprobs):
+                    yield _sse(self._chunk(output.text, reason, output=output))
         finally:
             await rest.aclose()
         if include_usage:
