@@ -48,6 +48,9 @@ def serve(
     step_mix: Annotated[str, typer.Option(
         help="mixed: decodes and prefill chunks share each step; prefill-first: a waiting "
              "prompt's chunks run in steps of their own.")] = "mixed",
+    dtype: Annotated[str, typer.Option(
+        help="float32, or bfloat16 weights and activations (fast where the CPU has "
+             "AVX512-BF16 or AMX; tokens may differ).")] = "float32",
     block_size: Annotated[int, typer.Option(min=1, help="Tokens per KV block.")] = 16,
     kv_cache_mb: Annotated[int, typer.Option(
         min=1, help="Memory for the attention KV pool.")] = 64,
@@ -75,7 +78,8 @@ def serve(
     config = EngineConfig(max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens,
                           block_size=block_size, kv_cache_bytes=kv_cache_mb << 20,
-                          max_model_len=max_model_len, threads=threads, step_mix=step_mix)
+                          max_model_len=max_model_len, threads=threads, step_mix=step_mix,
+                          dtype=dtype)
     slots = _kda_slots(kda_kernel) if kda_kernel else None
     if recipe is not None:
         from dataclasses import replace

@@ -33,6 +33,7 @@ from swarmfab.serving.evaluate import (
 )
 from swarmfab.serving.factory import run_engine_goal, same_under_traffic
 from swarmfab.serving.goal import EngineGoal, load_engine_goal, validate_engine_goal
+from swarmfab.serving.numerics import Scores, numerics_checks, score_continuations
 from swarmfab.serving.recipe import Recipe, engine_space, read_recipe
 from swarmfab.swarm.gate import judge
 
@@ -74,6 +75,14 @@ def test_a_recipe_is_its_settings_and_a_bad_one_is_refused(tmp_path: Path) -> No
     config = recipe.engine_config()
     assert (config.max_num_seqs, config.threads, config.kv_cache_bytes) == (32, 1, 64 << 20)
     assert candidate.id != space.instantiate(space.default(), threads=2).id
+    def dtypes(flags: set[str]) -> tuple[object, ...]:
+        return next(k.values for k in engine_space(2, frozenset(flags)).knobs
+                    if k.name == "dtype")
+    assert dtypes({"avx2", "fma"}) == ("float32",)  # bfloat16 only where the CPU has it
+    assert dtypes({"avx512f", "amx_bf16"}) == ("float32", "bfloat16")
+    assert Recipe({"dtype": "bfloat16"}).engine_config().dtype == "bfloat16"
+    with pytest.raises(EngineError, match="dtype must be one of float32, bfloat16"):
+        Recipe({"dtype": "float16"}).engine_config()
     chosen = Recipe({"moe_experts": "dense", "mla_decode": "expanded",
                      "step_mix": "prefill-first"})
     assert chosen.engine_config().step_mix == "prefill-first"
@@ -105,6 +114,40 @@ def test_a_candidate_whose_tokens_differ_fails_its_checks() -> None:
 
 def _round(metric: float, tpot: float) -> LoadRound:
     return LoadRound(metric, 100.0, tpot, 10 * metric, metric, 0)
+
+
+def test_a_recipe_that_changes_numerics_is_judged_teacher_forced(tiny_model: Path,
+                                                                 tmp_path: Path) -> None:
+    """bfloat16 is scored on the reference's own continuation: its top-1 agreement and
+    log-probability error against the limits, not its free-running tokens."""
+    continuations = [[4, 5, 6], [7, 8]]
+    reference = [Scores((4, 5, 6), (-1.0, -2.0, -0.5)), Scores((7, 8), (-0.2, -0.3))]
+    close = [Scores((4, 5, 9), (-1.01, -2.0, -0.6)), Scores((7, 8), (-0.2, -0.31))]
+    checks = numerics_checks(continuations, reference, close, 0.8, 0.2)
+    assert checks[-1].passed and "top-1 agreement 0.800" in checks[-1].detail
+    assert [c.passed for c in checks[:-1]] == [False, True]  # 2/3 agree on prompt 0
+    assert not numerics_checks(continuations, reference, close, 0.9, 0.2)[-1].passed
+    assert not numerics_checks(continuations, reference, close, 0.8, 0.05)[-1].passed
+
+    prompts = [[5, 9, 33, 40], [7] * 12, [100, 3, 12, 77, 8, 9, 10, 11, 12, 13]]
+    recipes = {}
+    for dtype in ("float32", "bfloat16"):
+        (tmp_path / dtype).mkdir()
+        recipes[dtype] = _write(tmp_path / dtype, Recipe({"dtype": dtype}).to_json())
+    with EngineProcess(tiny_model, recipes["float32"], tmp_path / "a.log").start(120) as ref, \
+            EngineProcess(tiny_model, recipes["bfloat16"], tmp_path / "b.log").start(120) as bf:
+        tokens = greedy_tokens(ref.url, prompts, 12)
+        own = score_continuations(ref.url, prompts, tokens)
+        assert own == score_continuations(ref.url, prompts, tokens)  # deterministic
+        assert [list(s.best) for s in own] == tokens  # greedy: the likeliest, teacher-forced
+        exact = numerics_checks(tokens, own, own, 1.0, 1e-9)[-1]
+        assert exact.passed and "largest log-probability error 0 nats" in exact.detail
+        bf16 = score_continuations(bf.url, prompts, tokens)
+        errors = [abs(a - b) for s, t in zip(bf16, own, strict=True)
+                  for a, b in zip(s.logprob, t.logprob, strict=True)]
+        assert 0 < max(errors) < 0.1  # bfloat16 moves every score a little
+        assert not numerics_checks(tokens, own, bf16, 1.0, 1e-6)[-1].passed
+        assert numerics_checks(tokens, own, bf16, 0.5, 0.5)[-1].passed
 
 
 def test_a_faster_recipe_that_breaks_the_objective_is_not_crowned() -> None:

@@ -37,9 +37,10 @@ from swarmfab.engine.slots import KernelSlots
 from swarmfab.engine.tokenizer import Tokenizer
 from swarmfab.errors import EngineError
 
-__all__ = ["BIG_MODEL_BYTES", "EngineConfig", "EngineStats", "LLMEngine"]
+__all__ = ["BIG_MODEL_BYTES", "DTYPES", "EngineConfig", "EngineStats", "LLMEngine"]
 
 BIG_MODEL_BYTES = 64 << 20
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +55,15 @@ class EngineConfig:
     max_model_len: int = 4096
     threads: int | None = None            # intra-op threads; None: by model size
     step_mix: str = "mixed"               # or "prefill-first" (see engine.scheduler)
+    dtype: str = "float32"                # weights and activations; or "bfloat16" (KDA
+    #                                       states stay float32)
 
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads < 1:
             raise EngineError(f"threads must be at least 1, got {self.threads}")
         self.scheduler()  # checks the scheduling knobs now, not at the first step
+        if self.dtype not in DTYPES:
+            raise EngineError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
 
     def intra_op_threads(self, weight_bytes: int) -> int:
         if self.threads:
@@ -124,7 +129,9 @@ class LLMEngine:
                         slots: KernelSlots | None = None) -> LLMEngine:
         """Without ``tokenizer.json`` the engine still serves prompts given as token ids."""
         tokenizer = Tokenizer(model_dir) if (model_dir / "tokenizer.json").exists() else None
-        return cls(HybridModel.from_pretrained(model_dir, slots), tokenizer, config)
+        config = config or EngineConfig()
+        return cls(HybridModel.from_pretrained(model_dir, slots, DTYPES[config.dtype]),
+                   tokenizer, config)
 
     # -- requests ----------------------------------------------------------------------
     def make_request(self, prompt_ids: list[int], params: SamplingParams,

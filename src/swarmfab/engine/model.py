@@ -136,9 +136,10 @@ class HybridModel:
         return sum(t.numel() * t.element_size() for t in _tensors(self.weights))
 
     @classmethod
-    def from_pretrained(cls, model_dir: Path, slots: KernelSlots | None = None) -> HybridModel:
+    def from_pretrained(cls, model_dir: Path, slots: KernelSlots | None = None,
+                        dtype: torch.dtype = torch.float32) -> HybridModel:
         config = load_config(model_dir)
-        return cls(config, load_weights(model_dir, config), slots)
+        return cls(config, load_weights(model_dir, config, dtype), slots)
 
     @torch.inference_mode()
     def forward(self, batch: StepBatch, states: StateSlots, kv: KvCache) -> torch.Tensor:

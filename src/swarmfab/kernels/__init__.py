@@ -1,9 +1,10 @@
 """Kernel design spaces that built-in agents instantiate, one sub-package per workload."""
 
 from swarmfab.errors import WorkloadError
+from swarmfab.kernels._host import host_cpu_flags
 from swarmfab.kernels._space import DesignSpace, Knob, KnobValue, Setting
 
-__all__ = ["DesignSpace", "Knob", "KnobValue", "Setting", "design_space"]
+__all__ = ["DesignSpace", "Knob", "KnobValue", "Setting", "design_space", "host_cpu_flags"]
 
 
 def design_space(workload: str, device: str = "cpu") -> DesignSpace:

@@ -8,9 +8,11 @@ kernel factory's in miniature, with the same parts:
    reference, and it is the first incumbent;
 2. the built-in bandit agents, one per domain of :func:`~swarmfab.serving.recipe.engine_space`,
    propose in turn around the champion, credited by the verdicts as for kernels;
-3. each candidate starts, is verified, and is loaded alternately with the incumbent
-   (:mod:`~swarmfab.serving.evaluate`); the kernel gate (:func:`~swarmfab.swarm.gate.judge`)
-   crowns it only when it serves more with statistical support and meets the objective;
+3. each candidate starts, is verified (the reference's greedy tokens, or the accuracy
+   gate of :mod:`~swarmfab.serving.numerics` for another dtype), and is loaded
+   alternately with the incumbent (:mod:`~swarmfab.serving.evaluate`); the kernel gate
+   (:func:`~swarmfab.swarm.gate.judge`) crowns it only when it serves more with
+   statistical support and meets the objective;
 4. at the end the default and the champion are measured side by side again, so the
    gain the run reports is one measurement, not a product of steps.
 
@@ -54,6 +56,7 @@ from swarmfab.serving.evaluate import (
     warm_up,
 )
 from swarmfab.serving.goal import EngineGoal
+from swarmfab.serving.numerics import Scores, numerics_checks, score_continuations
 from swarmfab.serving.recipe import engine_space
 from swarmfab.swarm.gate import judge
 
@@ -133,6 +136,7 @@ class _Search:
         self.model_dir, self.workdir, self.budget, self.log = model_dir, workdir, budget, log
         self.evaluations = 0
         self.incumbent: EngineProcess | None = None
+        self.reference_scores: list[Scores] | None = None  # the default's, teacher-forced
         self.load_s = 0.0  # one load run of the goal's traffic, measured on the default
         self.eval_s = 0.0  # the latest measured evaluation: whether another still fits
 
@@ -157,6 +161,9 @@ class _Search:
         startup_s = time.monotonic() - started
         prompts = verify_prompts(goal, _vocab(self.incumbent.url))
         reference = greedy_tokens(self.incumbent.url, prompts, goal.verify_tokens)
+        if len(_values(space, "dtype")) > 1:  # the accuracy gate's reference scores
+            self.reference_scores = score_continuations(self.incumbent.url, prompts,
+                                                        reference)
         measured = time.monotonic()
         warm_up(self.incumbent.url, goal)
         resumed = any(candidate.id == default.id for candidate, _ in judged)
@@ -315,17 +322,13 @@ class _Search:
             return failed(Status.TIMED_OUT if exc.timed_out else Status.CRASHED, str(exc),
                           exc.log)
         try:
-            got = greedy_tokens(process.url, prompts, self.goal.verify_tokens)
+            checks, wrong = self._verify(candidate, process.url, prompts, reference)
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             return failed(Status.CRASHED, f"verification requests failed: {exc}",
                           process.log_tail())
-        checks = verify_tokens(reference, got)
-        wrong = [c for c in checks if not c.passed]
         if wrong:
             process.stop()
-            return Verdict(candidate.id, Status.REJECTED,
-                           f"changes tokens on {len(wrong)}/{len(checks)} prompts "
-                           f"({wrong[0].case}: {wrong[0].detail})", tuple(checks),
+            return Verdict(candidate.id, Status.REJECTED, wrong, tuple(checks),
                            elapsed_s=time.monotonic() - started), None
         assert self.incumbent is not None
         try:
@@ -340,6 +343,24 @@ class _Search:
         verdict = comparison_verdict(candidate.id, incumbent_id, pair, checks, self.goal,
                                      time.monotonic() - started)
         return verdict, process
+
+    def _verify(self, candidate: Candidate, url: str, prompts: list[list[int]],
+                reference: list[list[int]]) -> tuple[list[CheckResult], str]:
+        """The checks, and why they reject the candidate ("" if they do not): the
+        reference's greedy tokens, or the accuracy gate where the dtype differs."""
+        goal = self.goal
+        if candidate.knobs.get("dtype", "float32") != "float32" \
+                and self.reference_scores is not None:
+            checks = numerics_checks(reference, self.reference_scores,
+                                     score_continuations(url, prompts, reference),
+                                     goal.min_top1_agreement, goal.max_logprob_error)
+            gate = checks[-1]
+            return checks, "" if gate.passed else f"fails the accuracy gate: {gate.detail}"
+        checks = verify_tokens(reference, greedy_tokens(url, prompts, goal.verify_tokens))
+        wrong = [c for c in checks if not c.passed]
+        return checks, "" if not wrong else (
+            f"changes tokens on {len(wrong)}/{len(checks)} prompts "
+            f"({wrong[0].case}: {wrong[0].detail})")
 
     def _closing(self, default: Candidate, champion: Candidate) -> EngineRunResult:
         """Default and champion side by side once more: the run's gain."""
@@ -387,6 +408,10 @@ def same_under_traffic(setting: dict[str, Any], other: dict[str, Any],
 
 def _changed(candidate: Candidate, champion: Candidate) -> dict[str, Any]:
     return {k: v for k, v in candidate.knobs.items() if champion.knobs.get(k) != v}
+
+
+def _values(space: Any, name: str) -> tuple[Any, ...]:
+    return next((knob.values for knob in space.knobs if knob.name == name), ())
 
 
 def _vocab(url: str) -> int:

@@ -100,6 +100,12 @@ class EngineGoal(_Strict):
     # verification: greedy tokens of these prompts must equal the reference engine's
     verify_prompts: Annotated[int, Field(ge=1, le=256)] = 8
     verify_tokens: Annotated[int, Field(ge=1, le=1024)] = 16
+    # ... or, for a recipe that changes numerics (dtype), the accuracy gate: scored
+    # teacher-forced on those prompts and the reference's tokens, the candidate's most
+    # likely token must be the reference's at this share of positions at least, and its
+    # log-probability of the reference's token lie within this many nats of the reference's
+    min_top1_agreement: Annotated[float, Field(gt=0, le=1)] = 0.95
+    max_logprob_error: Annotated[float, Field(gt=0)] = 0.1
     # measurement: alternate incumbent and candidate for at least min_rounds load runs
     # each, and until the ratio's 95% interval is narrower than ci_width relative to its
     # median, or lies wholly on the slower side (or max_rounds)

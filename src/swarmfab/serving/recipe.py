@@ -17,6 +17,8 @@ Knobs and domains:
   factory's C kernels (the design space's chunked default for prefill, recurrent for
   decode) built for this host; ``moe_experts`` (dense, looped, or by size) and
   ``mla_decode`` (in latent space, or over expanded keys and values);
+- numerics: ``dtype``, float32 or (where the CPU has AVX512-BF16 or AMX) bfloat16
+  weights and activations, judged by the accuracy gate (:mod:`~swarmfab.serving.numerics`);
 - threads: intra-op threads, ``auto`` being the engine's own choice by model size.
 """
 
@@ -29,16 +31,20 @@ from typing import Any
 from swarmfab.engine.scheduler import STEP_MIXES
 from swarmfab.engine.slots import MLA_DECODE, MOE_EXPERTS
 from swarmfab.errors import EngineError
-from swarmfab.kernels import DesignSpace, Knob, Setting
+from swarmfab.kernels import DesignSpace, Knob, Setting, host_cpu_flags
 
 __all__ = ["RECIPE_FILE", "Recipe", "engine_space", "read_recipe"]
 
 RECIPE_FILE = "recipe.json"
 FORMAT = 1
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
-def engine_space(cpus: int) -> DesignSpace:
-    """The engine's knobs on a host with ``cpus`` usable CPUs."""
+def engine_space(cpus: int, flags: frozenset[str] | None = None) -> DesignSpace:
+    """The engine's knobs on a host with ``cpus`` usable CPUs and these CPU ``flags``
+    (this host's by default): bfloat16 only where the CPU computes in it."""
+    flags = host_cpu_flags() if flags is None else flags
+    dtypes = ("float32", "bfloat16") if flags & BF16_FLAGS else ("float32",)
     knobs = (
         Knob("max_num_seqs", "scheduling", (4, 8, 16, 32, 64, 128), 32, ordered=True,
              help="running sequences at most"),
@@ -59,6 +65,9 @@ def engine_space(cpus: int) -> DesignSpace:
                   "auto by size"),
         Knob("mla_decode", "kernels", tuple(MLA_DECODE), "absorbed",
              help="MLA decode: scored in latent space, or with the latents expanded"),
+        Knob("dtype", "numerics", dtypes, "float32",
+             help="weights and activations; a change is judged by the accuracy gate "
+                  "(top-1 agreement, log-probability error), not by equal tokens"),
         Knob("threads", "threads", ("auto", *range(1, max(1, cpus) + 1)), "auto",
              help="intra-op threads (auto: all CPUs for big models, one fewer for small)"),
     )
@@ -81,7 +90,7 @@ class Recipe:
 
     def setting(self) -> dict[str, Any]:
         """Every knob: the recipe's values, the space's defaults for the rest."""
-        return {**engine_space(1).default(), **self.settings}
+        return {**engine_space(1, frozenset()).default(), **self.settings}
 
     def engine_config(self) -> Any:
         from swarmfab.engine.engine import EngineConfig
@@ -92,7 +101,7 @@ class Recipe:
             max_num_batched_tokens=int(s["max_num_batched_tokens"]),
             block_size=int(s["block_size"]), kv_cache_bytes=int(s["kv_cache_mb"]) << 20,
             threads=None if s["threads"] == "auto" else int(s["threads"]),
-            step_mix=str(s["step_mix"]))
+            step_mix=str(s["step_mix"]), dtype=str(s["dtype"]))
 
     def kernel_slots(self, cache: Path) -> Any:
         """The engine's kernel slots: C kernels built (once, cached) where asked."""
@@ -142,7 +151,7 @@ def read_recipe(path: Path) -> Recipe:
             or not isinstance(data.get("settings"), dict):
         raise EngineError(f"recipe {file} is not a format-{FORMAT} engine recipe "
                           '({"format": 1, "settings": {...}})')
-    known = {knob.name for knob in engine_space(1).knobs}
+    known = {knob.name for knob in engine_space(1, BF16_FLAGS).knobs}
     unknown = sorted(set(data["settings"]) - known)
     if unknown:
         raise EngineError(f"recipe {file} sets unknown knob(s) {', '.join(unknown)}; "
