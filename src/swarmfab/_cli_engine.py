@@ -16,7 +16,7 @@ __all__ = ["resume_engine", "run_engine"]
 
 def run_engine(path: Path, *, budget: str | None, db: Path, workdir: Path,
                seed: int | None, threads: int | None, max_evaluations: int | None,
-               fail_if_no_champion: bool) -> None:
+               fail_if_no_champion: bool, use_lessons: bool = True) -> None:
     from swarmfab.knowledge import Store
     from swarmfab.serving.factory import run_engine_goal
     from swarmfab.serving.goal import load_engine_goal
@@ -24,7 +24,8 @@ def run_engine(path: Path, *, budget: str | None, db: Path, workdir: Path,
     goal = load_engine_goal(path, budget=budget, seed=seed, threads=threads,
                             max_evaluations=max_evaluations)
     _finish(goal, lambda: run_engine_goal(goal, Store(str(db)), workdir, _print,
-                                          started=command_started()), fail_if_no_champion)
+                                          started=command_started(),
+                                          use_lessons=use_lessons), fail_if_no_champion)
 
 
 def resume_engine(store: Any, run_id: str, recorded: dict[str, Any], *, budget: str | None,

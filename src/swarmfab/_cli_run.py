@@ -167,7 +167,7 @@ def run(
 
         run_engine(Path(target), budget=budget, db=Path(db), workdir=workdir, seed=seed,
                    threads=threads, max_evaluations=max_evaluations,
-                   fail_if_no_champion=fail_if_no_champion)
+                   fail_if_no_champion=fail_if_no_champion, use_lessons=not no_lessons)
         return
     goal = _goal(target, budget, threads, seed, max_evaluations, workers, sizes)
     llm = {"provider": llm_provider, "base_url": llm_base_url, "model": llm_model,

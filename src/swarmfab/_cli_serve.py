@@ -48,6 +48,9 @@ def serve(
     step_mix: Annotated[str, typer.Option(
         help="mixed: decodes and prefill chunks share each step; prefill-first: a waiting "
              "prompt's chunks run in steps of their own.")] = "mixed",
+    preemption: Annotated[str, typer.Option(
+        help="When the KV pool runs out, recompute the newest sequence (newest) or the "
+             "one with the fewest tokens computed (cheapest).")] = "newest",
     dtype: Annotated[str, typer.Option(
         help="float32, or bfloat16 weights and activations (fast where the CPU has "
              "AVX512-BF16 or AMX; tokens may differ).")] = "float32",
@@ -79,7 +82,7 @@ def serve(
                           max_num_batched_tokens=max_num_batched_tokens,
                           block_size=block_size, kv_cache_bytes=kv_cache_mb << 20,
                           max_model_len=max_model_len, threads=threads, step_mix=step_mix,
-                          dtype=dtype)
+                          preemption=preemption, dtype=dtype)
     slots = _kda_slots(kda_kernel) if kda_kernel else None
     if recipe is not None:
         from dataclasses import replace

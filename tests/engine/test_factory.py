@@ -36,6 +36,7 @@ from swarmfab.serving.goal import EngineGoal, load_engine_goal, validate_engine_
 from swarmfab.serving.numerics import Scores, numerics_checks, score_continuations
 from swarmfab.serving.recipe import Recipe, engine_space, read_recipe
 from swarmfab.swarm.gate import judge
+from swarmfab.swarm.hosts import host_record
 
 GOAL = {"kind": "engine", "model": "random:tiny", "objective": {"p99_tpot_ms": 100}}
 
@@ -210,6 +211,7 @@ def test_a_short_engine_run_records_verdicts_and_its_recipe_serves(
                           "concurrency": 4})
     assert goal.at_load(8).traffic.concurrency == 8
     store = Store(tmp_path / "runs.db")
+    earlier = _earlier_engine_run(store, goal, {"max_num_batched_tokens": 64})
     lines: list[str] = []
     result = run_engine_goal(goal, store, tmp_path / "work", lines.append)
     run = store.run(result.run_id)
@@ -217,11 +219,17 @@ def test_a_short_engine_run_records_verdicts_and_its_recipe_serves(
     verdicts = store.verdicts(result.run_id)
     assert len(verdicts) == 1 + result.evaluations and result.evaluations == 2
     default = store.candidate(result.default_id)
-    assert default.agent == "default" and lines[1].startswith("default: goodput")
-    # every measured candidate was verified token by token before it was timed
+    assert "1 champion recipe(s) recalled" in lines[1], lines
+    assert default.agent == "default" and lines[2].startswith("default: goodput")
+    # the earlier run's champion is tried first, then the domain agents search
+    # (the same recipe as the earlier champion: the same candidate, stored once)
+    assert verdicts[1][0].candidate_id == store.run(earlier).champion_id
+    assert any(line.startswith("[1] recall: max_num_batched_tokens=64 -> ") for line in lines)
+    # every measured candidate was verified before it was timed: the reference's tokens,
+    # or (another dtype) the accuracy gate
     for _, verdict in verdicts[1:]:
         if verdict.timings:
-            assert any(c.check == "greedy-tokens" for c in verdict.checks)
+            assert any(c.check in ("greedy-tokens", "numerics") for c in verdict.checks)
     if result.champion_id == result.default_id:
         with pytest.raises(SwarmfabError, match="nothing to export"):
             export_champion(store, result.run_id, tmp_path / "out")
@@ -242,6 +250,21 @@ def test_a_short_engine_run_records_verdicts_and_its_recipe_serves(
     assert "Every measured setting" in page and "Throughput against p99 TPOT" in page
     assert "Goodput against offered load" in page
     assert "PyTorch baselines" not in page and "Roofline" not in page
+
+
+def _earlier_engine_run(store: Store, goal: EngineGoal, changes: dict[str, object]) -> str:
+    """A finished engine run on this host whose champion changed ``changes``."""
+    space = engine_space(goal.threads)
+    champion = space.instantiate({**space.default(), **changes}, threads=goal.threads,
+                                 agent="builtin-scheduling")
+    run_id = store.start_run("engine", goal.model_dump(mode="json", by_alias=True),
+                             host_record(goal.threads, "c"))
+    faster = Comparison([_round(1.0, 50)] * 4, [_round(1.5, 50)] * 4)
+    store.record(run_id, champion, comparison_verdict(champion.id, "default", faster, [],
+                                                      goal, 1.0))
+    store.set_champion(run_id, champion.id)
+    store.finish_run(run_id, "finished", {})
+    return run_id
 
 
 def test_an_exported_recipe_serves_the_same_tokens(tiny_model: Path, tmp_path: Path) -> None:

@@ -22,9 +22,9 @@ def make(tiny_model: Path) -> Build:
     config = load_config(tiny_model)
 
     def build(slots: int = 4, blocks: int = 64, budget: int = 32,
-              mix: str = "mixed") -> Scheduler:
+              mix: str = "mixed", preemption: str = "newest") -> Scheduler:
         return Scheduler(SchedulerConfig(max_num_seqs=slots, max_num_batched_tokens=budget,
-                                         step_mix=mix),
+                                         step_mix=mix, preemption=preemption),
                          StateSlots(config, slots, torch.float32), BlockPool(blocks, 4))
     return build
 
@@ -124,6 +124,20 @@ def test_running_sequences_and_state_slots_are_limited(make: Build) -> None:
     scheduler.finish(requests[0])
     _advance(step)
     assert scheduler.schedule().requests[-1] is requests[2]
+
+
+@pytest.mark.parametrize(("policy", "victim"), [("newest", 2), ("cheapest", 1)])
+def test_the_preemption_policy_picks_who_recomputes(make: Build, policy: str,
+                                                   victim: int) -> None:
+    scheduler = make(blocks=5, budget=64, preemption=policy)   # 20 tokens of KV in all
+    requests = [_request(8), _request(3), _request(7)]          # 2 + 1 + 2 blocks
+    for request in requests:
+        scheduler.add(request)
+    _advance(scheduler.schedule())
+    step = scheduler.schedule()   # the first decode needs a third block: none is free
+    assert step.preempted == (requests[victim],)
+    assert requests[victim] not in step.requests and step.num_decodes == 2
+    assert requests[victim].num_computed == 0 and scheduler.waiting[0] is requests[victim]
 
 
 def test_admission_waits_for_kv_blocks(make: Build) -> None:

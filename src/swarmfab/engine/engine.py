@@ -55,6 +55,7 @@ class EngineConfig:
     max_model_len: int = 4096
     threads: int | None = None            # intra-op threads; None: by model size
     step_mix: str = "mixed"               # or "prefill-first" (see engine.scheduler)
+    preemption: str = "newest"            # or "cheapest" (see engine.scheduler)
     dtype: str = "float32"                # weights and activations; or "bfloat16" (KDA
     #                                       states stay float32)
 
@@ -73,7 +74,7 @@ class EngineConfig:
 
     def scheduler(self) -> SchedulerConfig:
         return SchedulerConfig(self.max_num_seqs, self.max_num_batched_tokens,
-                               self.max_model_len, self.step_mix)
+                               self.max_model_len, self.step_mix, self.preemption)
 
 
 @dataclass(slots=True)

@@ -12,10 +12,12 @@ which favours inter-token latency. ``prefill-first`` (vLLM V0's) runs a step of 
 chunks only whenever a prompt is waiting or part-prefilled and can run, and decodes in
 the steps between: new requests start sooner, running ones pause meanwhile.
 
-When a running sequence needs a KV block and none is free, the most recently admitted
-sequence is preempted: its memory is released and it waits again, to recompute its
-tokens (prompt and output) later. The scheduler owns policy only; memory is tracked by
-the pools it is given.
+When a running sequence needs a KV block and none is free, another is preempted: its
+memory is released and it waits again, to recompute its tokens (prompt and output)
+later. The preemption policy picks which: ``newest`` (the default, vLLM's), the most
+recently admitted, which FCFS owes least; or ``cheapest``, the one with the fewest
+tokens computed, which costs least to recompute. The scheduler owns policy only; memory
+is tracked by the pools it is given.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from swarmfab.engine.cache import BlockPool, StateSlots
 from swarmfab.engine.request import Request, RequestStatus
 from swarmfab.errors import EngineError
 
-__all__ = ["STEP_MIXES", "ScheduledStep", "Scheduler", "SchedulerConfig"]
+__all__ = ["PREEMPTIONS", "STEP_MIXES", "ScheduledStep", "Scheduler", "SchedulerConfig"]
 
 STEP_MIXES = ("mixed", "prefill-first")
+PREEMPTIONS = ("newest", "cheapest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +41,15 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 256   # new tokens per step (the chunked-prefill budget)
     max_model_len: int = 4096           # prompt + output per request
     step_mix: str = "mixed"             # or "prefill-first" (see the module's docstring)
+    preemption: str = "newest"          # or "cheapest" (see the module's docstring)
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise EngineError("max_num_seqs and max_num_batched_tokens must be at least 1")
-        if self.step_mix not in STEP_MIXES:
-            raise EngineError(f"step_mix must be one of {', '.join(STEP_MIXES)}, "
-                              f"not {self.step_mix!r}")
+        for name, allowed in (("step_mix", STEP_MIXES), ("preemption", PREEMPTIONS)):
+            if getattr(self, name) not in allowed:
+                raise EngineError(f"{name} must be one of {', '.join(allowed)}, "
+                                  f"not {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +122,11 @@ class Scheduler:
 
     def _reserve(self, request: Request, count: int, preempted: list[Request],
                  chosen: dict[Request, int]) -> bool:
-        """Blocks for ``count`` more tokens, preempting the newest sequences (and taking
-        them out of this step); False if the request itself had to be preempted."""
+        """Blocks for ``count`` more tokens, preempting sequences by the policy (and
+        taking them out of this step); False if the request itself had to be preempted."""
         needed = self.pool.blocks_for(request.num_computed + count) - len(request.blocks)
         while needed > self.pool.free:
-            victim = self.running[-1]
+            victim = self._victim()
             self._preempt(victim)
             preempted.append(victim)
             chosen.pop(victim, None)
@@ -129,6 +134,11 @@ class Scheduler:
                 return False
         request.blocks.extend(self.pool.allocate(max(needed, 0)))
         return True
+
+    def _victim(self) -> Request:
+        if self.config.preemption == "cheapest":  # the newest among equals
+            return min(reversed(self.running), key=lambda r: r.num_computed)
+        return self.running[-1]
 
     def _admit(self, budget: int, chosen: dict[Request, int]) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs \

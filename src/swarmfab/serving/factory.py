@@ -7,7 +7,9 @@ kernel factory's in miniature, with the same parts:
 1. the default recipe starts; its greedy tokens on the verification prompts are the
    reference, and it is the first incumbent;
 2. the built-in bandit agents, one per domain of :func:`~swarmfab.serving.recipe.engine_space`,
-   propose in turn around the champion, credited by the verdicts as for kernels;
+   propose in turn around the champion, credited by the verdicts as for kernels; as
+   for kernels, earlier engine runs' champions are proposed first and their lessons are
+   the bandits' priors (``--no-lessons``: neither);
 3. each candidate starts, is verified (the reference's greedy tokens, or the accuracy
    gate of :mod:`~swarmfab.serving.numerics` for another dtype), and is loaded
    alternately with the incumbent (:mod:`~swarmfab.serving.evaluate`); the kernel gate
@@ -31,7 +33,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,8 +42,10 @@ import httpx
 
 from swarmfab.agents.base import Context
 from swarmfab.agents.builtin.bandit import bandit_agents
-from swarmfab.knowledge import Store
-from swarmfab.records import Candidate, CheckResult, Estimate, Status, Verdict
+from swarmfab.agents.builtin.recall import RecallAgent
+from swarmfab.knowledge import LessonContext, Store
+from swarmfab.knowledge.recall import Recalled
+from swarmfab.records import Candidate, CheckResult, Estimate, Lesson, Status, Verdict
 from swarmfab.serving.evaluate import (
     EngineProcess,
     EngineStartError,
@@ -86,18 +90,22 @@ class _Budget:
 
 
 def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
-                    started: float | None = None, resume: str | None = None
-                    ) -> EngineRunResult:
+                    started: float | None = None, resume: str | None = None,
+                    use_lessons: bool = True) -> EngineRunResult:
     """Search engine recipes for ``goal`` within its budget, counted from ``started``
-    (``time.monotonic()``; now by default); ``resume`` continues that stopped run."""
+    (``time.monotonic()``; now by default); ``resume`` continues that stopped run.
+    With ``use_lessons``, earlier engine runs' lessons and champions start the search."""
     budget = _Budget(goal.budget_s, time.monotonic() if started is None else started)
     from swarmfab.swarm.hosts import host_record
 
     model_dir = goal.model_dir(workdir / "checkpoints")
     space = engine_space(goal.threads)
+    host = host_record(goal.threads, "c")
+    context = LessonContext.of("engine", host, [goal.traffic.label()])
+    lessons = tuple(store.lessons_for(context)) if use_lessons else ()
+    recalled = store.recall(context) if use_lessons else []
     if resume is None:
-        run_id = store.start_run("engine", goal.model_dump(mode="json", by_alias=True),
-                                 host_record(goal.threads, "c"))
+        run_id = store.start_run("engine", goal.model_dump(mode="json", by_alias=True), host)
     else:
         run_id = store.run(resume).id
         store.reopen_run(run_id)
@@ -105,11 +113,15 @@ def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
     workdir.mkdir(parents=True, exist_ok=True)
     log(f"{'resuming ' if resume else ''}engine run {run_id}: {model_dir}, traffic "
         f"{goal.traffic.label()}, metric {goal.metric}, budget {goal.budget_s:.0f} s")
+    if lessons or recalled:
+        helpful = sum(lesson.outcome == "helps" for lesson in lessons)
+        log(f"{len(lessons)} lesson(s) from earlier engine runs ({helpful} helpful moves), "
+            f"{len(recalled)} champion recipe(s) recalled; --no-lessons to ignore them")
     default = space.instantiate(space.default(), threads=goal.threads, agent="default",
                                 rationale="the engine's default settings")
     search = _Search(goal, store, run_id, model_dir, workdir, budget, log)
     try:
-        result = search.run(default, space)
+        result = search.run(default, space, lessons, recalled)
     except KeyboardInterrupt:
         store.finish_run(run_id, "interrupted", {"evaluations": search.evaluations})
         log(f"interrupted: every verdict so far is recorded; continue with "
@@ -151,7 +163,8 @@ class _Search:
         recipe.write_text(candidate.sources[candidate.entry])
         return EngineProcess(self.model_dir, recipe, directory / log)
 
-    def run(self, default: Candidate, space: Any) -> EngineRunResult:
+    def run(self, default: Candidate, space: Any, lessons: tuple[Lesson, ...] = (),
+            recalled: Sequence[Recalled] = ()) -> EngineRunResult:
         goal = self.goal
         judged = [(self.store.candidate(row.candidate_id), verdict)
                   for row, verdict in self.store.verdicts(self.run_id)]
@@ -191,7 +204,8 @@ class _Search:
         if recent:
             self.log(f"{len(recent)} candidate(s) already judged in this run; "
                      f"champion {champion.id}")
-        agents = bandit_agents(space.knobs)
+        # earlier champions first, then the domain agents, lessons as their priors
+        agents = [*([RecallAgent(recalled)] if recalled else []), *bandit_agents(space.knobs)]
         # a resumed run draws afresh rather than replaying the proposals it has judged
         rng = random.Random(f"{goal.seed}/{len(recent)}" if recent else goal.seed)
         turn = idle = 0
@@ -199,14 +213,16 @@ class _Search:
             if goal.max_evaluations is not None and self.evaluations >= goal.max_evaluations:
                 break
             agent = agents[turn % len(agents)]
+            name = agent.id.removeprefix("builtin-")
             turn += 1
             context = Context(goal=goal, space=space, champion=champion,
-                              evaluated=frozenset(evaluated), recent=tuple(recent), rng=rng)
+                              evaluated=frozenset(evaluated), recent=tuple(recent),
+                              lessons=lessons, rng=rng)
             proposals = agent.propose(context, 1)
             if proposals and same_under_traffic(proposals[0].knobs, champion.knobs,
                                                 goal):
                 evaluated.add(proposals[0].id)  # it could only measure noise
-                self.log(f"{agent.role}: {_knobs(_changed(proposals[0], champion))} "
+                self.log(f"{name}: {_knobs(_changed(proposals[0], champion))} "
                          "cannot change this traffic's serving; not measured")
                 proposals = []
             if not proposals:
@@ -222,7 +238,7 @@ class _Search:
             self.store.record(self.run_id, candidate, verdict)
             decision = judge(verdict)
             changed = _changed(candidate, champion)
-            self.log(f"[{self.evaluations}] {agent.role}: {_knobs(changed)} -> "
+            self.log(f"[{self.evaluations}] {name}: {_knobs(changed)} -> "
                      f"{verdict.status.value}: {verdict.reason}"
                      f"{'  CROWNED' if decision.promote else ''}")
             if decision.promote and process is not None:

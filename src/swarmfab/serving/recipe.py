@@ -12,7 +12,8 @@ Knobs and domains:
   per step, the chunked-prefill budget: small favours inter-token latency, large favours
   time to first token and throughput), ``step_mix`` (decodes and prefill chunks in one
   step, or prefill steps of their own first);
-- memory: ``block_size`` (tokens per KV block), ``kv_cache_mb`` (the KV pool);
+- memory: ``block_size`` (tokens per KV block), ``kv_cache_mb`` (the KV pool),
+  ``preemption`` (which sequence is recomputed when the pool runs out);
 - kernels: ``kda_prefill`` and ``kda_decode``: the PyTorch references, or the kernel
   factory's C kernels (the design space's chunked default for prefill, recurrent for
   decode) built for this host; ``moe_experts`` (dense, looped, or by size) and
@@ -28,7 +29,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from swarmfab.engine.scheduler import STEP_MIXES
+from swarmfab.engine.scheduler import PREEMPTIONS, STEP_MIXES
 from swarmfab.engine.slots import MLA_DECODE, MOE_EXPERTS
 from swarmfab.errors import EngineError
 from swarmfab.kernels import DesignSpace, Knob, Setting, host_cpu_flags
@@ -56,6 +57,8 @@ def engine_space(cpus: int, flags: frozenset[str] | None = None) -> DesignSpace:
              help="tokens per KV block"),
         Knob("kv_cache_mb", "memory", (16, 32, 64, 128, 256), 64, ordered=True,
              help="memory of the attention KV pool"),
+        Knob("preemption", "memory", PREEMPTIONS, "newest",
+             help="which sequence gives up its memory when the KV pool runs out"),
         Knob("kda_prefill", "kernels", ("torch", "c"), "torch",
              help="KDA prefill: the PyTorch chunked reference or the factory's C kernel"),
         Knob("kda_decode", "kernels", ("torch", "c"), "torch",
@@ -101,7 +104,8 @@ class Recipe:
             max_num_batched_tokens=int(s["max_num_batched_tokens"]),
             block_size=int(s["block_size"]), kv_cache_bytes=int(s["kv_cache_mb"]) << 20,
             threads=None if s["threads"] == "auto" else int(s["threads"]),
-            step_mix=str(s["step_mix"]), dtype=str(s["dtype"]))
+            step_mix=str(s["step_mix"]), preemption=str(s["preemption"]),
+            dtype=str(s["dtype"]))
 
     def kernel_slots(self, cache: Path) -> Any:
         """The engine's kernel slots: C kernels built (once, cached) where asked."""
