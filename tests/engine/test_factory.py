@@ -15,7 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from swarmfab.cli import app
+from swarmfab.engine.engine import LLMEngine
+from swarmfab.engine.request import SamplingParams
 from swarmfab.errors import EngineError, GoalError, SwarmfabError
+from swarmfab.kernels import design_space
 from swarmfab.knowledge import Store
 from swarmfab.records import CheckResult, Status, Verdict
 from swarmfab.report.export import export_champion
@@ -34,7 +37,7 @@ from swarmfab.serving.evaluate import (
 from swarmfab.serving.factory import run_engine_goal, same_under_traffic
 from swarmfab.serving.goal import EngineGoal, load_engine_goal, validate_engine_goal
 from swarmfab.serving.numerics import Scores, numerics_checks, score_continuations
-from swarmfab.serving.recipe import Recipe, engine_space, read_recipe
+from swarmfab.serving.recipe import Recipe, engine_space, kda_champions, read_recipe
 from swarmfab.swarm.gate import judge
 from swarmfab.swarm.hosts import host_record
 
@@ -115,6 +118,38 @@ def test_a_candidate_whose_tokens_differ_fails_its_checks() -> None:
 
 def _round(metric: float, tpot: float) -> LoadRound:
     return LoadRound(metric, 100.0, tpot, 10 * metric, metric, 0)
+
+
+def test_the_kernel_factory_s_champion_fills_a_kda_slot(tiny_model: Path,
+                                                       tmp_path: Path) -> None:
+    """A KDA run's champion on this host becomes a "champion" choice of the KDA slots; its
+    setting travels in the recipe, which builds that kernel wherever it is served."""
+    store = Store(tmp_path / "runs.db")
+    assert kda_champions(store, host_record(2, "c")) == {}  # nothing yet: no such choice
+    assert "champion" not in next(k.values for k in engine_space(2, frozenset()).knobs
+                                  if k.name == "kda_decode")
+    kda = design_space("kda")
+    setting = {**kda.default(), "algorithm": "recurrent", "tile_v": 16, "unroll": 2}
+    champion = kda.instantiate(setting, threads=2, agent="builtin-tiling")
+    run_id = store.start_run("kda", {}, host_record(2, "c"))
+    store.record(run_id, champion, Verdict(champion.id, Status.ACCEPTED, "faster"))
+    store.set_champion(run_id, champion.id)
+    store.finish_run(run_id, "finished", {})
+
+    found = kda_champions(store, host_record(2, "c"))
+    assert found["decode"] == setting
+    space = engine_space(2, frozenset(), kda=found)
+    candidate = space.instantiate({**space.default(), "kda_decode": "champion"}, threads=2)
+    recipe = read_recipe(_write(tmp_path, candidate.sources[candidate.entry]))
+    assert recipe.kernels == {"decode": setting}
+    slots = recipe.kernel_slots(tmp_path / "kernels")
+    assert slots.labels["kda_decode"] == "c:champion"
+    prompts = [[5, 9, 33], [7] * 20, list(range(3, 40))]
+    params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    assert LLMEngine.from_pretrained(tiny_model, slots=slots).generate(prompts, params) == \
+        LLMEngine.from_pretrained(tiny_model).generate(prompts, params)
+    with pytest.raises(EngineError, match=r"holds no kernels\.prefill setting"):
+        Recipe({"kda_prefill": "champion"}).kernel_slots(tmp_path / "kernels")
 
 
 def test_a_recipe_that_changes_numerics_is_judged_teacher_forced(tiny_model: Path,

@@ -61,7 +61,7 @@ from swarmfab.serving.evaluate import (
 )
 from swarmfab.serving.goal import EngineGoal
 from swarmfab.serving.numerics import Scores, numerics_checks, score_continuations
-from swarmfab.serving.recipe import engine_space
+from swarmfab.serving.recipe import engine_space, kda_champions
 from swarmfab.swarm.gate import judge
 
 __all__ = ["EngineRunResult", "run_engine_goal", "same_under_traffic"]
@@ -99,8 +99,8 @@ def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
     from swarmfab.swarm.hosts import host_record
 
     model_dir = goal.model_dir(workdir / "checkpoints")
-    space = engine_space(goal.threads)
     host = host_record(goal.threads, "c")
+    space = engine_space(goal.threads, kda=kda_champions(store, host) if use_lessons else None)
     context = LessonContext.of("engine", host, [goal.traffic.label()])
     lessons = tuple(store.lessons_for(context)) if use_lessons else ()
     recalled = store.recall(context) if use_lessons else []

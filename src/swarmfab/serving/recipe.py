@@ -14,10 +14,12 @@ Knobs and domains:
   step, or prefill steps of their own first);
 - memory: ``block_size`` (tokens per KV block), ``kv_cache_mb`` (the KV pool),
   ``preemption`` (which sequence is recomputed when the pool runs out);
-- kernels: ``kda_prefill`` and ``kda_decode``: the PyTorch references, or the kernel
+- kernels: ``kda_prefill`` and ``kda_decode``: the PyTorch references, the kernel
   factory's C kernels (the design space's chunked default for prefill, recurrent for
-  decode) built for this host; ``moe_experts`` (dense, looped, or by size) and
-  ``mla_decode`` (in latent space, or over expanded keys and values);
+  decode) built for this host, or, where the store holds one for a host like this, the
+  kernel factory's champion (its setting travels in the recipe); ``moe_experts``
+  (dense, looped, or by size) and ``mla_decode`` (in latent space, or over expanded keys
+  and values);
 - numerics: ``dtype``, float32 or (where the CPU has AVX512-BF16 or AMX) bfloat16
   weights and activations, judged by the accuracy gate (:mod:`~swarmfab.serving.numerics`);
 - threads: intra-op threads, ``auto`` being the engine's own choice by model size.
@@ -26,6 +28,7 @@ Knobs and domains:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +37,25 @@ from swarmfab.engine.slots import MLA_DECODE, MOE_EXPERTS
 from swarmfab.errors import EngineError
 from swarmfab.kernels import DesignSpace, Knob, Setting, host_cpu_flags
 
-__all__ = ["RECIPE_FILE", "Recipe", "engine_space", "read_recipe"]
+__all__ = ["RECIPE_FILE", "Recipe", "engine_space", "kda_champions", "read_recipe"]
 
 RECIPE_FILE = "recipe.json"
 FORMAT = 1
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
-def engine_space(cpus: int, flags: frozenset[str] | None = None) -> DesignSpace:
+def engine_space(cpus: int, flags: frozenset[str] | None = None,
+                 kda: Mapping[str, Mapping[str, Any]] | None = None) -> DesignSpace:
     """The engine's knobs on a host with ``cpus`` usable CPUs and these CPU ``flags``
-    (this host's by default): bfloat16 only where the CPU computes in it."""
+    (this host's by default): bfloat16 only where the CPU computes in it. ``kda`` maps a
+    KDA slot ("prefill", "decode") to the kernel factory's champion setting for it
+    (:func:`kda_champions`), offered as that slot's "champion" choice."""
     flags = host_cpu_flags() if flags is None else flags
+    champions = {slot: dict(setting) for slot, setting in (kda or {}).items()}
+
+    def kernels(slot: str) -> tuple[str, ...]:
+        return ("torch", "c", "champion") if slot in champions else ("torch", "c")
+
     dtypes = ("float32", "bfloat16") if flags & BF16_FLAGS else ("float32",)
     knobs = (
         Knob("max_num_seqs", "scheduling", (4, 8, 16, 32, 64, 128), 32, ordered=True,
@@ -59,10 +70,12 @@ def engine_space(cpus: int, flags: frozenset[str] | None = None) -> DesignSpace:
              help="memory of the attention KV pool"),
         Knob("preemption", "memory", PREEMPTIONS, "newest",
              help="which sequence gives up its memory when the KV pool runs out"),
-        Knob("kda_prefill", "kernels", ("torch", "c"), "torch",
-             help="KDA prefill: the PyTorch chunked reference or the factory's C kernel"),
-        Knob("kda_decode", "kernels", ("torch", "c"), "torch",
-             help="KDA decode: the PyTorch recurrence or the factory's C kernel"),
+        Knob("kda_prefill", "kernels", kernels("prefill"), "torch",
+             help="KDA prefill: the PyTorch chunked reference, the factory's C kernel, "
+                  "or the kernel factory's champion on this host"),
+        Knob("kda_decode", "kernels", kernels("decode"), "torch",
+             help="KDA decode: the PyTorch recurrence, the factory's C kernel, or the "
+                  "kernel factory's champion on this host"),
         Knob("moe_experts", "kernels", tuple(MOE_EXPERTS), "auto",
              help="routed experts: dense (every expert on every token) or looped, or "
                   "auto by size"),
@@ -76,20 +89,28 @@ def engine_space(cpus: int, flags: frozenset[str] | None = None) -> DesignSpace:
     )
 
     def render(setting: Setting, threads: int) -> tuple[dict[str, str], str, tuple[str, ...]]:
-        return {RECIPE_FILE: Recipe(dict(setting)).to_json()}, RECIPE_FILE, ()
+        chosen = {slot: champions[slot] for slot in ("prefill", "decode")
+                  if setting.get(f"kda_{slot}") == "champion"}
+        return {RECIPE_FILE: Recipe(dict(setting), chosen).to_json()}, RECIPE_FILE, ()
 
     return DesignSpace("engine", "engine", "engine-recipe", knobs, render)
 
 
 class Recipe:
-    """One engine configuration (knob name -> value)."""
+    """One engine configuration (knob name -> value), and for a KDA slot set to
+    "champion", the KDA design-space setting of that kernel (``kernels``: slot ->
+    setting), so a recipe builds the same engine wherever it is served."""
 
-    def __init__(self, settings: dict[str, Any]):
+    def __init__(self, settings: dict[str, Any],
+                 kernels: Mapping[str, Mapping[str, Any]] | None = None):
         self.settings = settings
+        self.kernels = {slot: dict(setting) for slot, setting in (kernels or {}).items()}
 
     def to_json(self) -> str:
-        return json.dumps({"format": FORMAT, "settings": self.settings}, indent=2,
-                          sort_keys=True) + "\n"
+        body: dict[str, Any] = {"format": FORMAT, "settings": self.settings}
+        if self.kernels:
+            body["kernels"] = self.kernels
+        return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
     def setting(self) -> dict[str, Any]:
         """Every knob: the recipe's values, the space's defaults for the rest."""
@@ -116,26 +137,51 @@ class Recipe:
             .choosing("mla_decode", str(setting["mla_decode"]))
         wanted = {slot: setting[f"kda_{slot}"] for slot in ("prefill", "decode")}
         for slot, choice in wanted.items():
-            if choice not in ("torch", "c"):
-                raise EngineError(f"kda_{slot} must be 'torch' or 'c', not {choice!r}")
+            if choice == "torch":
+                continue
             if choice == "c":
                 algorithm = "chunked" if slot == "prefill" else "recurrent"
-                slots = slots.with_kda(_c_kernel(algorithm, cache), f"c:{algorithm}",
-                                       prefill=slot == "prefill", decode=slot == "decode")
+                kernel, label = {"algorithm": algorithm}, f"c:{algorithm}"
+            elif choice == "champion" and slot in self.kernels:
+                kernel, label = self.kernels[slot], "c:champion"
+            elif choice == "champion":
+                raise EngineError(f"kda_{slot} is 'champion' but the recipe holds no "
+                                  f"kernels.{slot} setting")
+            else:
+                raise EngineError(f"kda_{slot} must be 'torch', 'c' or 'champion', not "
+                                  f"{choice!r}")
+            slots = slots.with_kda(_c_kernel(kernel, cache), label,
+                                   prefill=slot == "prefill", decode=slot == "decode")
         return slots
 
 
-def _c_kernel(algorithm: str, cache: Path) -> Any:
-    """The KDA design space's default C kernel of one algorithm, built for this host."""
+def kda_champions(store: Any, host: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The kernel factory's champion setting on a host like ``host`` for each KDA slot
+    (decode shapes for decode, small prefill shapes for prefill), where the store has
+    one: the most similar earlier run's, as ``swarmfab run`` would recall it."""
+    from swarmfab.knowledge import LessonContext
+    from swarmfab.knowledge.lessons import device_class
+
+    found = {}
+    for slot, shapes in (("prefill", ("prefill-s", "prefill-xs")), ("decode", ("decode",))):
+        recalled = store.recall(LessonContext("kda", device_class(host), shapes), limit=1)
+        if recalled:
+            found[slot] = dict(recalled[0].knobs)
+    return found
+
+
+def _c_kernel(setting: Mapping[str, Any], cache: Path) -> Any:
+    """A KDA C kernel of the design space (``setting`` over its defaults: an unknown
+    knob or value falls back to the default), built for this host."""
     import torch
 
     from swarmfab.backends import get_backend
     from swarmfab.kernels import design_space
+    from swarmfab.knowledge.recall import project
     from swarmfab.workloads import get_workload
 
     space = design_space("kda")
-    candidate = space.instantiate({**space.default(), "algorithm": algorithm},
-                                  threads=torch.get_num_threads())
+    candidate = space.instantiate(project(setting, space), threads=torch.get_num_threads())
     backend = get_backend(candidate.backend)
     return backend.load(backend.build(candidate, cache), get_workload("kda"),
                         fill_outputs=False)
@@ -151,13 +197,16 @@ def read_recipe(path: Path) -> Recipe:
                           f"or its {RECIPE_FILE}") from exc
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EngineError(f"recipe {file} cannot be read: {exc}") from exc
+    kernels = data.get("kernels", {}) if isinstance(data, dict) else None
     if not isinstance(data, dict) or data.get("format") != FORMAT \
-            or not isinstance(data.get("settings"), dict):
+            or not isinstance(data.get("settings"), dict) or not isinstance(kernels, dict) \
+            or not all(isinstance(v, dict) for v in kernels.values()):
         raise EngineError(f"recipe {file} is not a format-{FORMAT} engine recipe "
-                          '({"format": 1, "settings": {...}})')
+                          '({"format": 1, "settings": {...}}, optionally "kernels": '
+                          '{"decode": {...}})')
     known = {knob.name for knob in engine_space(1, BF16_FLAGS).knobs}
     unknown = sorted(set(data["settings"]) - known)
     if unknown:
         raise EngineError(f"recipe {file} sets unknown knob(s) {', '.join(unknown)}; "
                           f"known: {', '.join(sorted(known))}")
-    return Recipe(data["settings"])
+    return Recipe(data["settings"], kernels)
