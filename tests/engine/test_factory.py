@@ -15,7 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from swarmfab.cli import app
-from swarmfab.engine.engine import LLMEngine
+from swarmfab.engine.engine import BIG_MODEL_BYTES, LLMEngine
+from swarmfab.engine.model import HybridModel
 from swarmfab.engine.request import SamplingParams
 from swarmfab.errors import EngineError, GoalError, SwarmfabError
 from swarmfab.kernels import design_space
@@ -34,7 +35,7 @@ from swarmfab.serving.evaluate import (
     greedy_tokens,
     verify_tokens,
 )
-from swarmfab.serving.factory import run_engine_goal, same_under_traffic
+from swarmfab.serving.factory import auto_threads, run_engine_goal, same_under_traffic
 from swarmfab.serving.goal import EngineGoal, load_engine_goal, validate_engine_goal
 from swarmfab.serving.numerics import Scores, numerics_checks, score_continuations
 from swarmfab.serving.recipe import Recipe, engine_space, kda_champions, read_recipe
@@ -215,6 +216,21 @@ def test_a_move_that_cannot_change_the_traffic_s_batches_is_not_measured() -> No
     assert not same_under_traffic({**base, "max_num_seqs": 64},  # open loop, no cap
                                   base, _goal(traffic={"concurrency": None,
                                                        "request_rate": 4.0}))
+    # threads = "auto" is the count the engine would choose for that dtype
+    resolved = {"float32": 2, "bfloat16": 1}
+    assert same_under_traffic({**base, "threads": 2}, base, closed, resolved)
+    assert not same_under_traffic({**base, "threads": 1}, base, closed, resolved)
+    assert not same_under_traffic({**base, "threads": 2}, base, closed)  # unknown: measure
+    assert not same_under_traffic({**base, "dtype": "bfloat16", "threads": 2},
+                                  {**base, "dtype": "bfloat16"}, closed, resolved)
+
+
+def test_auto_threads_follow_the_checkpoint_s_size(tiny_model: Path) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    model = HybridModel.from_pretrained(tiny_model)
+    assert model.weight_bytes < BIG_MODEL_BYTES  # a small model leaves one CPU free
+    assert auto_threads(tiny_model) == {"float32": max(1, cpus - 1),
+                                        "bfloat16": max(1, cpus - 1)}
 
 
 def test_the_pareto_front_keeps_only_undominated_settings() -> None:

@@ -64,7 +64,7 @@ from swarmfab.serving.numerics import Scores, numerics_checks, score_continuatio
 from swarmfab.serving.recipe import engine_space, kda_champions
 from swarmfab.swarm.gate import judge
 
-__all__ = ["EngineRunResult", "run_engine_goal", "same_under_traffic"]
+__all__ = ["EngineRunResult", "auto_threads", "run_engine_goal", "same_under_traffic"]
 
 Log = Callable[[str], None]
 
@@ -149,6 +149,7 @@ class _Search:
         self.evaluations = 0
         self.incumbent: EngineProcess | None = None
         self.reference_scores: list[Scores] | None = None  # the default's, teacher-forced
+        self.auto_threads = auto_threads(model_dir)  # what threads = "auto" resolves to
         self.load_s = 0.0  # one load run of the goal's traffic, measured on the default
         self.eval_s = 0.0  # the latest measured evaluation: whether another still fits
 
@@ -220,7 +221,7 @@ class _Search:
                               lessons=lessons, rng=rng)
             proposals = agent.propose(context, 1)
             if proposals and same_under_traffic(proposals[0].knobs, champion.knobs,
-                                                goal):
+                                                goal, self.auto_threads):
                 evaluated.add(proposals[0].id)  # it could only measure noise
                 self.log(f"{name}: {_knobs(_changed(proposals[0], champion))} "
                          "cannot change this traffic's serving; not measured")
@@ -410,16 +411,41 @@ class _Search:
                                self.evaluations, gain, default_metric, champion_metric)
 
 
-def same_under_traffic(setting: dict[str, Any], other: dict[str, Any],
-                       goal: EngineGoal) -> bool:
-    """Whether two settings must serve the goal's traffic alike: they differ only in
-    ``max_num_seqs``, and both allow at least the requests the traffic keeps in flight
-    (its concurrency), so the scheduler runs the same batches either way."""
+def same_under_traffic(setting: dict[str, Any], other: dict[str, Any], goal: EngineGoal,
+                       auto_threads: dict[str, int] | None = None) -> bool:
+    """Whether two settings must serve the goal's traffic alike: ``threads = "auto"``
+    being the count it resolves to for the setting's dtype (``auto_threads``), they are
+    the same, or differ only in ``max_num_seqs`` while both allow at least the requests
+    the traffic keeps in flight (its concurrency), so the scheduler runs the same
+    batches either way."""
+    setting, other = (_resolved(s, auto_threads or {}) for s in (setting, other))
     changed = {k for k in {*setting, *other} if setting.get(k) != other.get(k)}
     in_flight = goal.traffic.concurrency
-    return changed == {"max_num_seqs"} and in_flight is not None and all(
+    return not changed or (changed == {"max_num_seqs"} and in_flight is not None and all(
         isinstance(s.get("max_num_seqs"), int) and s["max_num_seqs"] >= in_flight
-        for s in (setting, other))
+        for s in (setting, other)))
+
+
+def _resolved(setting: dict[str, Any], auto_threads: dict[str, int]) -> dict[str, Any]:
+    count = auto_threads.get(str(setting.get("dtype", "float32")))
+    return {**setting, "threads": count} if setting.get("threads") == "auto" and count \
+        else setting
+
+
+def auto_threads(model_dir: Path) -> dict[str, int]:
+    """The intra-op threads ``threads = "auto"`` gives an engine of this checkpoint, per
+    dtype (the engine decides by the bytes of its weights)."""
+    from safetensors import safe_open
+
+    from swarmfab.engine.engine import DTYPES, EngineConfig
+
+    parameters = 0
+    for file in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(file), "pt") as tensors:
+            for name in tensors.keys():  # noqa: SIM118 (the handle is not iterable)
+                parameters += math.prod(tensors.get_slice(name).get_shape())
+    return {name: EngineConfig(dtype=name).intra_op_threads(
+        parameters * dtype.itemsize) for name, dtype in DTYPES.items()}
 
 
 def _changed(candidate: Candidate, champion: Candidate) -> dict[str, Any]:
