@@ -11,7 +11,7 @@ chunked form for prefill, the per-token recurrence for decode.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -154,6 +154,8 @@ MOE_EXPERTS: dict[str, tuple[MoeExperts, str]] = {
 MLA_DECODE: dict[str, tuple[MlaDecode, str]] = {
     "absorbed": (absorbed_mla_decode, "torch-absorbed"),
     "expanded": (expanded_mla_decode, "torch-expanded")}
+_CHOICES: dict[str, Mapping[str, tuple[Any, str]]] = {"moe_experts": MOE_EXPERTS,
+                                                     "mla_decode": MLA_DECODE}
 
 
 def _kda_baseline(name: str) -> Forward:
@@ -179,9 +181,7 @@ class KernelSlots:
     def choosing(self, slot: str, name: str) -> KernelSlots:
         """These slots with ``moe_experts`` or ``mla_decode`` filled by the named choice
         (:data:`MOE_EXPERTS`, :data:`MLA_DECODE`)."""
-        tables: dict[str, dict[str, tuple[Any, str]]] = {
-            "moe_experts": dict(MOE_EXPERTS), "mla_decode": dict(MLA_DECODE)}
-        choices = tables[slot]
+        choices = _CHOICES[slot]
         if name not in choices:
             raise EngineError(f"{slot} must be one of {', '.join(choices)}, not {name!r}")
         forward, label = choices[name]

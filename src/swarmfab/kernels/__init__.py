@@ -1,10 +1,11 @@
 """Kernel design spaces that built-in agents instantiate, one sub-package per workload."""
 
 from swarmfab.errors import WorkloadError
-from swarmfab.kernels._host import host_cpu_flags
+from swarmfab.kernels._host import BF16_FLAGS, host_cpu_flags
 from swarmfab.kernels._space import DesignSpace, Knob, KnobValue, Setting
 
-__all__ = ["DesignSpace", "Knob", "KnobValue", "Setting", "design_space", "host_cpu_flags"]
+__all__ = ["BF16_FLAGS", "DesignSpace", "Knob", "KnobValue", "Setting", "design_space",
+           "host_cpu_flags"]
 
 
 def design_space(workload: str, device: str = "cpu") -> DesignSpace:

@@ -10,12 +10,14 @@ import functools
 import platform
 from pathlib import Path
 
-__all__ = ["IsaTarget", "all_isa_names", "host_cpu_flags", "isa_targets"]
+__all__ = ["BF16_FLAGS", "IsaTarget", "all_isa_names", "host_cpu_flags", "isa_targets"]
 
 IsaTarget = tuple[str, tuple[str, ...]]  # knob value, compiler flags
 
 _X86_64_V3 = {"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}
 _X86_64_V4 = _X86_64_V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+# either one means the CPU computes in bfloat16 (AVX512-BF16 dot products, AMX tiles)
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 @functools.cache

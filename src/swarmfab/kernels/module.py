@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from swarmfab.kernels._host import host_cpu_flags
+from swarmfab.kernels._host import BF16_FLAGS, host_cpu_flags
 from swarmfab.kernels._space import DesignSpace, Knob, Setting
 
 __all__ = ["module_space", "render_module"]
@@ -34,7 +34,6 @@ __all__ = ["module_space", "render_module"]
 ENTRY = "model_new.py"
 _CONVOLUTION = re.compile(r"\bconv[123]d\b|\bConv[123]d\b|\bconv_transpose[123]d\b"
                           r"|\bConvTranspose[123]d\b")
-_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def module_space(workload: str, source: str, flags: frozenset[str] | None = None
@@ -62,7 +61,7 @@ def module_space(workload: str, source: str, flags: frozenset[str] | None = None
     if _CONVOLUTION.search(source):
         knobs.append(Knob("layout", "layout", ("contiguous", "channels_last"), "contiguous",
                           help="memory format of 4-D activations and weights"))
-    if any(flag in flags for flag in _BF16_FLAGS):
+    if flags & BF16_FLAGS:
         knobs.append(Knob("precision", "numerics", ("float32", "bfloat16"), "float32",
                           help="bfloat16 autocast where the CPU has bfloat16 instructions"))
 

@@ -175,7 +175,7 @@ class _Search:
         startup_s = time.monotonic() - started
         prompts = verify_prompts(goal, _vocab(self.incumbent.url))
         reference = greedy_tokens(self.incumbent.url, prompts, goal.verify_tokens)
-        if len(_values(space, "dtype")) > 1:  # the accuracy gate's reference scores
+        if len(space.knob("dtype").values) > 1:  # the accuracy gate's reference scores
             self.reference_scores = score_continuations(self.incumbent.url, prompts,
                                                         reference)
         measured = time.monotonic()
@@ -450,10 +450,6 @@ def auto_threads(model_dir: Path) -> dict[str, int]:
 
 def _changed(candidate: Candidate, champion: Candidate) -> dict[str, Any]:
     return {k: v for k, v in candidate.knobs.items() if champion.knobs.get(k) != v}
-
-
-def _values(space: Any, name: str) -> tuple[Any, ...]:
-    return next((knob.values for knob in space.knobs if knob.name == name), ())
 
 
 def _vocab(url: str) -> int:

@@ -35,13 +35,12 @@ from typing import Any
 from swarmfab.engine.scheduler import PREEMPTIONS, STEP_MIXES
 from swarmfab.engine.slots import MLA_DECODE, MOE_EXPERTS
 from swarmfab.errors import EngineError
-from swarmfab.kernels import DesignSpace, Knob, Setting, host_cpu_flags
+from swarmfab.kernels import BF16_FLAGS, DesignSpace, Knob, Setting, host_cpu_flags
 
 __all__ = ["RECIPE_FILE", "Recipe", "engine_space", "kda_champions", "read_recipe"]
 
 RECIPE_FILE = "recipe.json"
 FORMAT = 1
-BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 def engine_space(cpus: int, flags: frozenset[str] | None = None,
@@ -160,11 +159,14 @@ def kda_champions(store: Any, host: Mapping[str, Any]) -> dict[str, dict[str, An
     (decode shapes for decode, small prefill shapes for prefill), where the store has
     one: the most similar earlier run's, as ``swarmfab run`` would recall it."""
     from swarmfab.knowledge import LessonContext
-    from swarmfab.knowledge.lessons import device_class
+    from swarmfab.knowledge.lessons import device_class, family_of
+    from swarmfab.knowledge.recall import recall_champions
 
+    champions = store.champions(family_of("kda"))  # read once, for both slots
     found = {}
     for slot, shapes in (("prefill", ("prefill-s", "prefill-xs")), ("decode", ("decode",))):
-        recalled = store.recall(LessonContext("kda", device_class(host), shapes), limit=1)
+        recalled = recall_champions(champions, LessonContext("kda", device_class(host),
+                                                             shapes), limit=1)
         if recalled:
             found[slot] = dict(recalled[0].knobs)
     return found
