@@ -175,7 +175,12 @@ def test_a_recipe_that_changes_numerics_is_judged_teacher_forced(tiny_model: Pat
             EngineProcess(tiny_model, recipes["bfloat16"], tmp_path / "b.log").start(120) as bf:
         tokens = greedy_tokens(ref.url, prompts, 12)
         own = score_continuations(ref.url, prompts, tokens)
-        assert own == score_continuations(ref.url, prompts, tokens)  # deterministic
+        again = score_continuations(ref.url, prompts, tokens)
+        # the same scores, up to float32 rounding: the three requests may share a step
+        # or not, and a batch of another shape rounds its sums differently
+        assert [s.best for s in again] == [s.best for s in own]
+        assert all(abs(a - b) < 1e-4 for s, t in zip(again, own, strict=True)
+                   for a, b in zip(s.logprob, t.logprob, strict=True))
         assert [list(s.best) for s in own] == tokens  # greedy: the likeliest, teacher-forced
         exact = numerics_checks(tokens, own, own, 1.0, 1e-9)[-1]
         assert exact.passed and "largest log-probability error 0 nats" in exact.detail

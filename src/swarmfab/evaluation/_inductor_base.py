@@ -6,11 +6,11 @@ support, building the pieces every kernel links against): on a 2-core host, 23 s
 against 7 s with a cache another model had filled. Every sandboxed job starts with an
 empty cache of its own, so each would pay that again.
 
-:func:`base_cache` fills a cache once per build cache, torch version and host, in a
-trusted process that compiles a small function of ours (no candidate code), and
-:func:`staged_base` hands its files to a job as a *copy* in the job's own cache
-directory. Nothing a job writes ever comes back, so no candidate can plant a kernel
-that another job (or a baseline) would load.
+:func:`base_cache` fills a cache once per torch version and host (in the user's cache,
+shared by every working directory), in a trusted process that compiles a small function
+of ours (no candidate code), and :func:`staged_base` hands its files to a job as a
+*copy* in the job's own cache directory. Nothing a job writes ever comes back, so no
+candidate can plant a kernel that another job (or a baseline) would load.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import threading
 from pathlib import Path
 
 import torch
+
+from swarmfab._paths import user_cache
 
 __all__ = ["base_cache", "staged_base"]
 
@@ -53,33 +55,43 @@ with torch.no_grad():
 
 
 def base_cache(cache_dir: Path, cores: tuple[int, ...] = ()) -> Path | None:
-    """The warm base cache under ``cache_dir`` (made on first use, ~20-40 s, on
-    ``cores`` where given); None where it cannot be made (jobs then start cold)."""
+    """The warm base cache (made on first use, ~20-40 s, on ``cores`` where given):
+    in the user's cache, so every working directory on this host shares one, else under
+    ``cache_dir``; None where it cannot be made (jobs then start cold)."""
     machine = re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{platform.machine()}-{_cpu_model()}")
-    final = cache_dir.resolve() / "inductor-base" / f"torch-{torch.__version__}-{machine}"
-    if (final / _READY).exists():
-        return final
+    name = f"torch-{torch.__version__}-{machine}"
+    places = [user_cache("inductor-base") / name,
+              cache_dir.resolve() / "inductor-base" / name]
     with _lock:
-        if (final / _READY).exists():
-            return final
-        try:
-            final.parent.mkdir(parents=True, exist_ok=True)
-            scratch = Path(tempfile.mkdtemp(prefix="warming-", dir=final.parent))
-        except OSError:
-            return None
-        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(scratch)}
-        try:
-            pin = f"import os\nos.sched_setaffinity(0, {set(cores)!r})\n" if cores else ""
-            subprocess.run([sys.executable, "-c", pin + _WARM], env=env, cwd=scratch,
-                           timeout=WARM_TIMEOUT_S, check=True, capture_output=True)
-            (scratch / _READY).write_text(torch.__version__)
-            if final.exists():  # another process finished first
-                shutil.rmtree(scratch)
-            else:
-                os.replace(scratch, final)
-        except (OSError, subprocess.SubprocessError):
-            shutil.rmtree(scratch, ignore_errors=True)
-            return final if (final / _READY).exists() else None
+        for final in places:
+            if (final / _READY).exists():
+                return final
+        for final in places:
+            try:
+                final.parent.mkdir(parents=True, exist_ok=True)
+                scratch = Path(tempfile.mkdtemp(prefix="warming-", dir=final.parent))
+            except OSError:
+                continue  # not writable: the next place
+            return _warm(scratch, final, cores)
+    return None
+
+
+def _warm(scratch: Path, final: Path, cores: tuple[int, ...]) -> Path | None:
+    """Compile :data:`_WARM` with ``scratch`` as the cache, then move it to ``final``
+    (atomically: another process may be warming the same place)."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(scratch)}
+    try:
+        pin = f"import os\nos.sched_setaffinity(0, {set(cores)!r})\n" if cores else ""
+        subprocess.run([sys.executable, "-c", pin + _WARM], env=env, cwd=scratch,
+                       timeout=WARM_TIMEOUT_S, check=True, capture_output=True)
+        (scratch / _READY).write_text(torch.__version__)
+        if final.exists():  # another process finished first
+            shutil.rmtree(scratch)
+        else:
+            os.replace(scratch, final)
+    except (OSError, subprocess.SubprocessError):
+        shutil.rmtree(scratch, ignore_errors=True)
+        return final if (final / _READY).exists() else None
     return final
 
 

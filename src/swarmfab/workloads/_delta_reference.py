@@ -27,16 +27,13 @@ from pathlib import Path
 
 import torch
 
+from swarmfab._paths import user_cache
+
 __all__ = ["compiled_reference_available", "recurrent_f64"]
 
 _FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")
 _SYMBOL = "delta_reference_f64"
 _lock = threading.Lock()
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "swarmfab" / "reference"
 
 
 def _cpu_flags() -> str:
@@ -57,7 +54,7 @@ def _build(compiler: str, source: bytes) -> Path:
                              timeout=30, check=True).stdout
     key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(_FLAGS).encode(),
                                      _cpu_flags().encode()])).hexdigest()[:16]
-    for directory in (_cache_dir(), Path(tempfile.gettempdir()) / "swarmfab-reference"):
+    for directory in (user_cache("reference"), Path(tempfile.gettempdir()) / "swarmfab-reference"):
         target = directory / f"delta-ref-{key}.so"
         if target.is_file():
             return target
