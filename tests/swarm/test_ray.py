@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,6 +25,7 @@ import pytest
 pytest.importorskip("ray")
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.xdist_group("ray"),  # `ray stop --force` ends every cluster on the machine
     pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores"),
     pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset"),
     pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc"),
@@ -48,10 +50,29 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _ray(*args: str, core: int | None = None) -> None:
+# in the environment of the second node's processes (its raylet's, inherited by every
+# worker it starts): the processes to kill, and no other test's
+SECOND_NODE = f"SWARMFAB_TEST_RAY_NODE={os.getpid()}"
+
+
+def _ray(*args: str, core: int | None = None, env: dict[str, str] | None = None) -> str:
     command = [RAY, *args] if core is None else ["taskset", "-c", str(core), RAY, *args]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    subprocess.run(command, check=True, capture_output=True, timeout=120, env=env)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120,
+                          env=env).stdout
+
+
+def _wait_for_cpus(address: str, cpus: int) -> None:
+    """Until the cluster counts ``cpus`` CPUs: a node that `ray start` has launched may
+    join a few seconds later, and a run started before would see one node."""
+    deadline = time.monotonic() + 60
+    while True:
+        status = _ray("status", f"--address={address}")
+        total = re.search(r"/(\d+(?:\.\d+)?) CPU", status)
+        if total and float(total.group(1)) >= cpus:
+            return
+        assert time.monotonic() < deadline, f"the cluster has not {cpus} CPUs:\n{status}"
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +83,9 @@ def cluster() -> Iterator[str]:
     _ray("start", "--head", f"--port={address.split(':')[1]}", "--num-cpus=1",
          "--include-dashboard=false", "--disable-usage-stats", core=cores[0])
     try:
-        _ray("start", f"--address={address}", "--num-cpus=1", core=cores[1])
+        name, value = SECOND_NODE.split("=")
+        _ray("start", f"--address={address}", "--num-cpus=1", core=cores[1], env={name: value})
+        _wait_for_cpus(address, 2)
         yield address
     finally:
         subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
@@ -112,18 +135,17 @@ def test_a_run_completes_on_two_ray_nodes(cluster: str, tmp_path: Path) -> None:
     assert shown["status"] == "finished" and shown["champion"] is not None
 
 
-def _node_processes(core: int) -> list[int]:
-    """Ray processes pinned to ``core`` alone: the second node's raylet and workers."""
+def _second_node_processes() -> list[int]:
+    """The second node's raylet and workers: the processes with its mark."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            pinned = os.sched_getaffinity(int(entry.name)) == {core}
-        except (OSError, ProcessLookupError):
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
             continue
-        if pinned and ("ray" in command or "swarmfab" in command):
+        if SECOND_NODE.encode() in environ:
             found.append(int(entry.name))
     return found
 
@@ -136,8 +158,7 @@ def test_a_node_killed_mid_run_loses_no_verdict(cluster: str, tmp_path: Path) ->
         assert process.poll() is None, (tmp_path / "out.log").read_text()
         assert time.monotonic() < deadline, "too few verdicts before the kill"
         time.sleep(0.2)
-    second_core = sorted(os.sched_getaffinity(0))[1]
-    victims = _node_processes(second_core)
+    victims = _second_node_processes()
     assert victims, "found no process of the second node"
     for pid in victims:
         with contextlib.suppress(ProcessLookupError):

@@ -177,7 +177,10 @@ def test_another_torch_makes_a_champion_stale_and_a_spent_budget_starts_no_run(
     db = _copy(recorded, tmp_path, torch="1.13.1")
     [check] = _refresh(db, "--budget", "2s")  # the check outlasts it: no time for a run
     assert check["state"] == "stale" and check["verifies"] is True
-    assert check["reasons"] == [f"torch: 1.13.1 -> {host_record(1, 'c')['torch']}"]
+    torch_moved, *slower = check["reasons"]
+    assert torch_moved == f"torch: 1.13.1 -> {host_record(1, 'c')['torch']}"
+    # on a busy host the champion's lead over torch may also be found smaller now
+    assert all("recorded" in reason for reason in slower), slower
     assert check["successor"] is None and "larger --budget" in check["note"]
     assert len(Store(db).runs()) == 1
 
