@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from swarmfab.engine.cache import KvCache, StateSlots
 from swarmfab.engine.config import ModelConfig, load_config
+from swarmfab.engine.linear import choose
 from swarmfab.engine.slots import KernelSlots
 from swarmfab.engine.weights import (
     AttentionWeights,
@@ -129,6 +130,9 @@ class HybridModel:
             parts = ([mixer.qkv, mixer.f_a, mixer.b_proj, mixer.g_a]
                      if isinstance(mixer, KdaWeights) else [mixer.q_proj, mixer.kv_a])
             self._inputs[index] = (torch.cat(parts), [p.shape[0] for p in parts])
+        # every weight-stationary matmul goes through this (engine.linear: F.linear, or
+        # oneDNN with packed weights, "auto" timed here on the first input projection)
+        self.linear, self.linear_name = choose(self.slots.linear, self._inputs[0][0])
 
     @property
     def weight_bytes(self) -> int:
@@ -151,7 +155,7 @@ class HybridModel:
         for index, layer in enumerate(self.weights.layers):
             normed = self.slots.rms_norm(hidden, layer.input_norm, eps)
             stacked, sizes = self._inputs[index]
-            projected = F.linear(normed, stacked).split(sizes, dim=-1)
+            projected = self.linear(normed, stacked).split(sizes, dim=-1)
             if isinstance(layer.mixer, KdaWeights):
                 mixed = self._kda(projected, layer.mixer, batch, groups, decode_slots, states,
                                   self._kda_index[index])
@@ -162,7 +166,7 @@ class HybridModel:
             normed = self.slots.rms_norm(hidden, layer.post_norm, eps)
             hidden = hidden + self._mlp(normed, layer.mlp)
         last = self.slots.rms_norm(hidden[batch.sample_rows], self.weights.norm, eps)
-        return F.linear(last, self.weights.lm_head)
+        return self.linear(last, self.weights.lm_head)
 
     # -- KDA ---------------------------------------------------------------------------
     def _kda(self, projected: tuple[torch.Tensor, ...], w: KdaWeights, batch: StepBatch,
@@ -175,15 +179,15 @@ class HybridModel:
                                         groups, decode_slots, states.conv[layer]))
         q, k, v = mixed.view(tokens, 3, heads, dim).unbind(1)
         q, k = _l2norm(q.float()), _l2norm(k.float())
-        gate = F.linear(f_a, w.f_b).float() + w.dt_bias
+        gate = self.linear(f_a, w.f_b).float() + w.dt_bias
         g = (-w.decay_rate * F.softplus(gate.view(tokens, heads, dim), threshold=20.0))
         beta = torch.sigmoid(b_proj.float())
         out = self._delta_rule(q, k, v.float(), g, beta, batch.num_decodes, groups,
                                decode_slots, states.recurrent[layer])
         normed = self.slots.rms_norm(out, w.o_norm.float(), self.config.rms_norm_eps)
-        output_gate = F.linear(g_a, w.g_b).view(tokens, heads, dim)
+        output_gate = self.linear(g_a, w.g_b).view(tokens, heads, dim)
         gated = (normed * torch.sigmoid(output_gate.float())).to(qkv.dtype)
-        return F.linear(gated.reshape(tokens, heads * dim), w.o_proj)
+        return self.linear(gated.reshape(tokens, heads * dim), w.o_proj)
 
     def _short_conv(self, x: torch.Tensor, weight: torch.Tensor, decodes: int,
                     groups: list[PrefillGroup], decode_slots: torch.Tensor,
@@ -256,7 +260,7 @@ class HybridModel:
             queries = group.gather(q).transpose(1, 2)                            # [P,H,T,D]
             group.scatter(out, self.slots.attention(queries, keys, values, mask[:, None],
                                                     self._scale).transpose(1, 2))
-        return F.linear(out.reshape(tokens, -1), w.o_proj)
+        return self.linear(out.reshape(tokens, -1), w.o_proj)
 
     @property
     def _scale(self) -> float:
@@ -267,7 +271,7 @@ class HybridModel:
         """Keys ``[B,H,L,nope+rope]`` and values ``[B,H,L,v]`` from cached latents."""
         c = self.config
         batch, length, _ = latents.shape
-        kv = F.linear(latents[..., :c.kv_lora_rank], w.kv_b)
+        kv = self.linear(latents[..., :c.kv_lora_rank], w.kv_b)
         kv = kv.view(batch, length, c.attention_heads, c.qk_nope_head_dim + c.v_head_dim)
         k_nope, values = kv.split([c.qk_nope_head_dim, c.v_head_dim], dim=-1)
         shared = latents[:, :, None, c.kv_lora_rank:].expand(-1, -1, c.attention_heads, -1)
@@ -277,17 +281,18 @@ class HybridModel:
     # -- MLP and MoE -------------------------------------------------------------------
     def _mlp(self, x: torch.Tensor, w: MlpWeights | MoeWeights) -> torch.Tensor:
         if isinstance(w, MlpWeights):
-            return self.slots.mlp(x, w.gate, w.up, w.down)
+            return self.slots.mlp(x, w.gate, w.up, w.down, self.linear)
         weights, experts = self._route(x, w)
-        out = self.slots.moe_experts(x, weights, experts, w.gate, w.up, w.down)
+        out = self.slots.moe_experts(x, weights, experts, w.gate, w.up, w.down, self.linear)
         if w.shared is not None:
-            out = out + self.slots.mlp(x, w.shared.gate, w.shared.up, w.shared.down)
+            out = out + self.slots.mlp(x, w.shared.gate, w.shared.up, w.shared.down,
+                                       self.linear)
         return out
 
     def _route(self, x: torch.Tensor, w: MoeWeights) -> tuple[torch.Tensor, torch.Tensor]:
         """Sigmoid router with a bias for the choice only, group-limited, renormalised."""
         c = self.config
-        scores = torch.sigmoid(F.linear(x.float(), w.router))
+        scores = torch.sigmoid(self.linear(x.float(), w.router))
         choice = scores + w.router_bias
         if c.expert_groups > 1:
             grouped = choice.view(x.shape[0], c.expert_groups, -1)

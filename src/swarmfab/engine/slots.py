@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from swarmfab.engine.linear import LINEARS, Linear
 from swarmfab.errors import EngineError
 from swarmfab.workloads import Forward, get_workload, with_pools
 
@@ -28,12 +29,13 @@ __all__ = ["MLA_DECODE", "MOE_EXPERTS", "KernelSlots", "absorbed_mla_decode",
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float],
                      torch.Tensor]
-Mlp = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Mlp = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Linear],
+              torch.Tensor]
 RmsNorm = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 MlaDecode = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float],
                      torch.Tensor]
 MoeExperts = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                       torch.Tensor], torch.Tensor]
+                       torch.Tensor, Linear], torch.Tensor]
 
 # Below this many multiply-adds (tokens x every expert's weights), the routed experts run
 # densely: every expert on every token in three batched matmuls, the unchosen ones
@@ -49,9 +51,9 @@ def reference_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tor
 
 
 def reference_mlp(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
-                  down: torch.Tensor) -> torch.Tensor:
+                  down: torch.Tensor, linear: Linear = F.linear) -> torch.Tensor:
     """SwiGLU: down(silu(gate x) * up x); weights in nn.Linear's [out, in] layout."""
-    return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
+    return linear(F.silu(linear(x, gate)) * linear(x, up), down)
 
 
 def absorbed_mla_decode(q: torch.Tensor, latents: torch.Tensor, mask: torch.Tensor,
@@ -78,20 +80,21 @@ def absorbed_mla_decode(q: torch.Tensor, latents: torch.Tensor, mask: torch.Tens
 
 
 def reference_moe_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor,
-                          gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor
-                          ) -> torch.Tensor:
+                          gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
+                          linear: Linear = F.linear) -> torch.Tensor:
     """The routed experts' weighted sum: x [N,H]; ``experts`` [N,k] chosen per token with
     ``weights`` [N,k]; SwiGLU experts gate/up [E,I,H], down [E,H,I] -> [N,H]. Dense below
     :data:`DENSE_EXPERT_MACS`, looped above."""
     dense = x.shape[0] * gate.numel() * 3 <= DENSE_EXPERT_MACS
     return (dense_moe_experts if dense else looped_moe_experts)(x, weights, experts, gate,
-                                                                up, down)
+                                                                up, down, linear)
 
 
 def dense_moe_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor,
-                      gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor
-                      ) -> torch.Tensor:
-    """Every expert on every token in three batched matmuls, the unchosen weighted 0."""
+                      gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
+                      linear: Linear = F.linear) -> torch.Tensor:
+    """Every expert on every token in three batched matmuls, the unchosen weighted 0
+    (``linear`` is not used: the matmuls are batched over experts)."""
     routed = x.new_zeros(x.shape[0], gate.shape[0]).scatter_(1, experts, weights.to(x.dtype))
     hidden = F.silu(torch.matmul(x, gate.transpose(1, 2))) * torch.matmul(
         x, up.transpose(1, 2))                                                  # [E,N,I]
@@ -100,8 +103,8 @@ def dense_moe_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.Ten
 
 
 def looped_moe_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor,
-                       gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor
-                       ) -> torch.Tensor:
+                       gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
+                       linear: Linear = F.linear) -> torch.Tensor:
     """Each expert on its own tokens only. The (token, choice) pairs are sorted by
     expert and their rows gathered once: each expert's pairs are one slice, whose
     outputs land in one slice of ``y``."""
@@ -115,8 +118,8 @@ def looped_moe_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.Te
     for expert, count in enumerate(counts):
         if count:
             piece = rows[start:start + count]
-            torch.matmul(F.silu(F.linear(piece, gate[expert])) * F.linear(piece, up[expert]),
-                         down[expert].t(), out=y[start:start + count])
+            y[start:start + count] = linear(
+                F.silu(linear(piece, gate[expert])) * linear(piece, up[expert]), down[expert])
             start += count
     routed = weights.flatten()[order, None].to(x.dtype)
     return torch.zeros_like(x).index_add_(0, token, y * routed)
@@ -173,14 +176,19 @@ class KernelSlots:
     rms_norm: RmsNorm = reference_rms_norm
     moe_experts: MoeExperts = reference_moe_experts
     mla_decode: MlaDecode = absorbed_mla_decode
+    linear: str = "auto"  # each model resolves it (engine.linear.choose)
     labels: dict[str, str] = field(default_factory=lambda: {
         "kda_prefill": "torch-chunked", "kda_decode": "torch-recurrent",
         "attention": "torch-sdpa", "mlp": "torch", "rms_norm": "torch", "moe_experts": "torch",
-        "mla_decode": "torch-absorbed"})
+        "mla_decode": "torch-absorbed", "linear": "auto"})
 
     def choosing(self, slot: str, name: str) -> KernelSlots:
-        """These slots with ``moe_experts`` or ``mla_decode`` filled by the named choice
-        (:data:`MOE_EXPERTS`, :data:`MLA_DECODE`)."""
+        """These slots with ``moe_experts``, ``mla_decode`` or ``linear`` filled by the
+        named choice (:data:`MOE_EXPERTS`, :data:`MLA_DECODE`, ``engine.linear.LINEARS``)."""
+        if slot == "linear":
+            if name not in LINEARS:
+                raise EngineError(f"linear must be one of {', '.join(LINEARS)}, not {name!r}")
+            return replace(self, linear=name, labels={**self.labels, "linear": name})
         choices = _CHOICES[slot]
         if name not in choices:
             raise EngineError(f"{slot} must be one of {', '.join(choices)}, not {name!r}")

@@ -18,8 +18,9 @@ Knobs and domains:
   factory's C kernels (the design space's chunked default for prefill, recurrent for
   decode) built for this host, or, where the store holds one for a host like this, the
   kernel factory's champion (its setting travels in the recipe); ``moe_experts``
-  (dense, looped, or by size) and ``mla_decode`` (in latent space, or over expanded keys
-  and values);
+  (dense, looped, or by size), ``mla_decode`` (in latent space, or over expanded keys
+  and values) and ``linear`` (the weight matmuls: ``F.linear``, oneDNN with packed
+  weights, or whichever is clearly faster on the host, :mod:`~swarmfab.engine.linear`);
 - numerics: ``dtype``, float32 or (where the CPU has AVX512-BF16 or AMX) bfloat16
   weights and activations, judged by the accuracy gate (:mod:`~swarmfab.serving.numerics`);
 - threads: intra-op threads, ``auto`` being the engine's own choice by model size.
@@ -32,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from swarmfab.engine.linear import LINEARS, onednn_available
 from swarmfab.engine.scheduler import PREEMPTIONS, STEP_MIXES
 from swarmfab.engine.slots import MLA_DECODE, MOE_EXPERTS
 from swarmfab.errors import EngineError
@@ -56,6 +58,7 @@ def engine_space(cpus: int, flags: frozenset[str] | None = None,
         return ("torch", "c", "champion") if slot in champions else ("torch", "c")
 
     dtypes = ("float32", "bfloat16") if flags & BF16_FLAGS else ("float32",)
+    linears = LINEARS if onednn_available() else ("auto", "torch")
     knobs = (
         Knob("max_num_seqs", "scheduling", (4, 8, 16, 32, 64, 128), 32, ordered=True,
              help="running sequences at most"),
@@ -80,6 +83,9 @@ def engine_space(cpus: int, flags: frozenset[str] | None = None,
                   "auto by size"),
         Knob("mla_decode", "kernels", tuple(MLA_DECODE), "absorbed",
              help="MLA decode: scored in latent space, or with the latents expanded"),
+        Knob("linear", "kernels", linears, "auto",
+             help="weight matmuls: F.linear (MKL), oneDNN with packed weights, or auto "
+                  "(the one clearly faster here, timed at start-up)"),
         Knob("dtype", "numerics", dtypes, "float32",
              help="weights and activations; a change is judged by the accuracy gate "
                   "(top-1 agreement, log-probability error), not by equal tokens"),
@@ -133,7 +139,8 @@ class Recipe:
 
         setting = self.setting()
         slots = KernelSlots().choosing("moe_experts", str(setting["moe_experts"])) \
-            .choosing("mla_decode", str(setting["mla_decode"]))
+            .choosing("mla_decode", str(setting["mla_decode"])) \
+            .choosing("linear", str(setting["linear"]))
         wanted = {slot: setting[f"kda_{slot}"] for slot in ("prefill", "decode")}
         for slot, choice in wanted.items():
             if choice == "torch":

@@ -1,0 +1,89 @@
+"""The engine's linear layers: ``F.linear``, or oneDNN with each weight packed once.
+
+PyTorch's CPU ``F.linear`` in float32 calls MKL's sgemm, whose speed at the few rows of a
+decode step depends on the CPU: on a 2-core AMD EPYC with AVX-512 (torch 2.13), an
+8x768 input against a 2048x768 weight takes 414 us (15 GB/s of weights), where oneDNN,
+given the weight reordered into the layout its kernel reads (as Inductor's freezing does
+for a CPU linear), takes 173 us (36 GB/s). Decode steps are such matmuls end to end.
+
+Choices (the ``linear`` kernel slot):
+
+- ``torch``: ``F.linear``;
+- ``onednn``: :class:`PackedLinear`; each weight is packed on first use and kept, so the
+  weights take twice their memory;
+- ``auto`` (the default): whichever of the two is clearly faster on this host, timed once
+  at start-up on one of the model's weights at a decode step's rows (:func:`choose`).
+
+Both compute the same products; their sums may round differently in the last bits.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from swarmfab.errors import EngineError
+
+__all__ = ["LINEARS", "Linear", "PackedLinear", "choose", "onednn_available"]
+
+Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+LINEARS = ("auto", "torch", "onednn")
+# ``auto`` takes oneDNN only when its median is below this fraction of F.linear's: a
+# choice that flips with the noise of a busy host would make two engines round apart
+CLEARLY_FASTER = 0.8
+PROBE_ROUNDS = 15
+
+
+def onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
+                                                            "_linear_pointwise")
+
+
+class PackedLinear:
+    """``F.linear(x, w)`` (no bias) through oneDNN, ``w`` reordered once. A packed copy is
+    kept per weight, keyed by its memory and shape, with the weight itself (so that
+    memory is never reused while the key stands): one instance per model."""
+
+    def __init__(self, rows_hint: int = 8):
+        if not onednn_available():
+            raise EngineError("linear = 'onednn' needs a PyTorch built with oneDNN "
+                              "(torch.backends.mkldnn); use 'torch' or 'auto'")
+        self.rows_hint = rows_hint
+        self._packed: dict[tuple[int, tuple[int, ...], tuple[int, ...]],
+                           tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        key = (weight.data_ptr(), tuple(weight.shape), weight.stride())
+        held = self._packed.get(key)
+        if held is None:
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, self.rows_hint)
+            held = self._packed[key] = (weight, packed)
+        return torch.ops.mkldnn._linear_pointwise(x, held[1], None, "none", [], "")
+
+
+def choose(name: str, weight: torch.Tensor, rows: int = 8) -> tuple[Linear, str]:
+    """The linear for slot value ``name`` and the name of what it is (``auto`` resolved by
+    timing both on ``weight`` with ``rows`` input rows, alternately)."""
+    if name == "torch" or (name == "auto" and not onednn_available()):
+        return F.linear, "torch"
+    if name == "onednn":
+        return PackedLinear(rows), "onednn"
+    if name != "auto":
+        raise EngineError(f"linear must be one of {', '.join(LINEARS)}, not {name!r}")
+    packed = PackedLinear(rows)
+    x = torch.randn(rows, weight.shape[1], dtype=weight.dtype)
+    timings: dict[str, list[float]] = {"torch": [], "onednn": []}
+    with torch.inference_mode():
+        for round_ in range(PROBE_ROUNDS + 2):
+            for label, linear in (("torch", F.linear), ("onednn", packed)):
+                start = time.perf_counter()
+                linear(x, weight)
+                if round_ >= 2:  # the first two warm up (and pack)
+                    timings[label].append(time.perf_counter() - start)
+    faster = statistics.median(timings["onednn"]) < CLEARLY_FASTER * statistics.median(
+        timings["torch"])
+    return (PackedLinear(rows), "onednn") if faster else (F.linear, "torch")
