@@ -11,6 +11,8 @@ requests (at least 4), closed loop with ``concurrency`` in flight.
 - engine+factory-kda: the same with factory kernels in the KDA slots (the design
   space's chunked default for prefill, its recurrent default for decode, or the
   ``--kda-kernel`` file in both), each layer's states updated in place in its pool;
+- engine (linear=torch), with ``--linear-torch``: the engine with its weight matmuls by
+  ``F.linear``, where its default (``linear = auto``) may take oneDNN with packed weights;
 - engine-http: ``swarmfab serve`` in a child process, loaded by ``swarmfab loadgen``'s
   client over HTTP with SSE streaming (the client shares the machine's cores);
 - hf-generate (N threads): ``KimiLinearForCausalLM.generate`` with static batches of
@@ -223,6 +225,9 @@ def main() -> None:
                              "(default: the design space's chunked and recurrent defaults)")
     parser.add_argument("--no-factory", action="store_true",
                         help="skip the engine+factory-kda runs")
+    parser.add_argument("--linear-torch", action="store_true",
+                        help="also run the engine with linear = torch (F.linear), beside "
+                             "its default linear = auto")
     parser.add_argument("--out", type=Path, default=Path("out/bench-engine.json"))
     args = parser.parse_args()
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -249,11 +254,16 @@ def main() -> None:
             hf_threads = sorted({os.cpu_count() or 1, 1}, reverse=True)
             hf_names = [f"hf-generate ({n} thread{'s' * (n > 1)})" for n in hf_threads]
             systems: dict[str, list[dict[str, Any]]] = {
-                "engine": [], "engine+factory-kda": [], "engine-http": [],
+                "engine": [], "engine (linear=torch)": [], "engine+factory-kda": [],
+                "engine-http": [],
                 **{name: [] for name in hf_names}}
             for _ in range(args.repeats):
                 systems["engine"].append(run_engine(model_dir, prompts, args.output_len,
                                                     concurrency))
+                if args.linear_torch:
+                    systems["engine (linear=torch)"].append(run_engine(
+                        model_dir, prompts, args.output_len, concurrency,
+                        KernelSlots().choosing("linear", "torch")))
                 if factory is not None:
                     systems["engine+factory-kda"].append(run_engine(
                         model_dir, prompts, args.output_len, concurrency, factory))
@@ -275,7 +285,8 @@ def main() -> None:
                         "concurrency": concurrency, "system": system, "requests": count,
                         "repeats": [{k: v for k, v in r.items() if not isinstance(v, list)}
                                     for r in runs]})
-            for system in ("engine", "engine+factory-kda", "engine-http"):
+            for system in ("engine", "engine (linear=torch)", "engine+factory-kda",
+                           "engine-http"):
                 if systems[system]:
                     ratio = statistics.median(
                         r["output_throughput"] for r in systems[system]) / best_hf
