@@ -30,16 +30,17 @@ demo: $(STAMP)
 	$(BIN)/swarmfab export --out out/kda-champion
 
 # the suite on every core the process may use (pytest-xdist; most tests wait on child
-# processes, so two workers on 2 cores take ~60% of the time of one); TEST_WORKERS=0 runs
-# it in one process
+# processes, so two workers on 2 cores take ~60% of the time of one), then the tests
+# marked exclusive alone; TEST_WORKERS=0 runs the first part in one process
 TEST_WORKERS ?= auto
 test: $(DEV_STAMP)
 	$(MAKE) lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not exclusive"
+	$(BIN)/python -m pytest -q -m exclusive
 
 # the suite without the tests marked slow: a few minutes on 2 cores
 test-fast: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests

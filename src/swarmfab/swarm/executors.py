@@ -42,6 +42,9 @@ class Executor(Protocol):
     """What the run loop needs from an executor."""
 
     capacity: int  # how many evaluations may be in flight at once
+    # whether evaluations run on the run's evaluator's own cores (then the time those cores
+    # sit idle during the search is the platform's overhead; elsewhere it is not measured)
+    on_this_host: bool
 
     def submit(self, candidate: Candidate, incumbents: dict[str, Implementation],
                extra_cases: Sequence[Case]) -> Future[Evaluation]:
@@ -77,6 +80,7 @@ class LocalExecutor:
 
     def __init__(self, evaluator: Evaluator, workers: int | None = None):
         self.evaluator = evaluator
+        self.on_this_host = True
         self.capacity = workers or default_workers(len(evaluator.cores.cores), evaluator.threads)
         if evaluator.device == "cuda":  # one device: two benchmarks on it would disturb both
             self.capacity = 1

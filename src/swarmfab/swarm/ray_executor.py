@@ -94,6 +94,7 @@ class RayExecutor:
         self._lock = threading.Lock()
         self._cancel = threading.Event()
         self.capacity = count
+        self.on_this_host = False  # the actors' cores are not the driver's
         self.requeued = 0  # evaluations moved to another actor after theirs was lost
         self._pool = ThreadPoolExecutor(count, thread_name_prefix="swarmfab-ray")
 

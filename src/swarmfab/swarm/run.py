@@ -155,8 +155,10 @@ class Run:
             searched, idle = time.monotonic(), self.evaluator.cores.idle_seconds()
             self._search_with_executor(run_id, self.budget.search_end, self.budget.hard_end)
             self.search_s = time.monotonic() - searched
-            self.overhead = _share(self.evaluator.cores.idle_seconds() - idle, self.search_s)
-            if self.evaluations:
+            if self.executor is not None and self.executor.on_this_host:
+                self.overhead = _share(self.evaluator.cores.idle_seconds() - idle,
+                                       self.search_s)
+            if self.evaluations and self.overhead is not None:
                 self.log(f"platform overhead: {self.overhead:.1%} of the search's wall time "
                          "(no core building, verifying or timing)")
             if self.champion is not None:
