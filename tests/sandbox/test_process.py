@@ -141,3 +141,17 @@ def test_credentials_in_the_initial_environment_do_not_reach_jobs(tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert "getenv None" in done.stdout
     assert "environ False" in done.stdout, "the job read the secret from /proc/self/environ"
+
+
+def test_the_preloaded_compiler_is_sized_for_the_job_not_the_forkserver() -> None:
+    """torch's compiler is imported before the job is pinned; its pool of compile workers
+    and its debug directory must still follow the job's cores and working directory."""
+    probe = ("(__import__('torch._inductor.config', fromlist=['_']).compile_threads, "
+             "__import__('torch._dynamo.config', fromlist=['_']).debug_dir_root, "
+             "__import__('os').getcwd())")
+    core = min(os.sched_getaffinity(0))
+    outcome = run_job(eval, probe, limits=Limits(cores=(core,)))
+    assert outcome.status is JobStatus.OK, outcome.detail
+    threads, debug_dir, workdir = outcome.value
+    assert threads == 1
+    assert Path(debug_dir).parent == Path(workdir)

@@ -1,7 +1,9 @@
 """Run one job of untrusted code in a fresh, limited child process.
 
-Children are forked from a multiprocessing *forkserver* that has already imported torch
-and numpy, so a fresh process per job costs milliseconds rather than seconds, and no
+Children are forked from a multiprocessing *forkserver* that has already imported torch,
+numpy and torch's compiler front end, ``torch._dynamo`` (which ``torch.compile`` and the
+meta device's decompositions import at first use: some 800 modules, 1.5 s on a small
+host), so a fresh process per job costs milliseconds rather than seconds, and no
 candidate ever shares a process with another candidate or with the parent.
 
 In the child, before the job runs: its own session (the whole process group is killed
@@ -29,6 +31,7 @@ import re
 import resource
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -50,6 +53,8 @@ __all__ = ["JobOutcome", "JobStatus", "Limits", "run_job", "scrubbed_environment
 
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE_URL|DSN|AUTH", re.I)
 _PRELOAD = ["numpy", "torch", "swarmfab.evaluation._worker"]
+# torch's compiler front end too, on CPU builds (not yet tried in a forkserver beside CUDA)
+_PRELOAD_CPU = ["torch._dynamo"]
 OUTPUT_FILE = "output.log"
 _TAIL_BYTES = 2000
 
@@ -98,13 +103,20 @@ def _context() -> multiprocessing.context.ForkServerContext:
     /proc/self/environ shows), which clearing ``os.environ`` later does not erase.
     """
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(_PRELOAD)
+    context.set_forkserver_preload(
+        _PRELOAD + (_PRELOAD_CPU if _cpu_build() else []))
     secrets = {key: os.environ.pop(key) for key in list(os.environ) if _SECRET.search(key)}
     try:
         multiprocessing.forkserver.ensure_running()
     finally:
         os.environ.update(secrets)
     return context
+
+
+def _cpu_build() -> bool:
+    import torch
+
+    return torch.version.cuda is None and torch.version.hip is None
 
 
 def _confine(limits: Limits, workdir: Path, environ: Mapping[str, str]) -> None:
@@ -134,11 +146,24 @@ def _confine(limits: Limits, workdir: Path, environ: Mapping[str, str]) -> None:
         NUMBA_CACHE_DIR=str(workdir / ".cache" / "numba"),
     )
     tempfile.tempdir = None  # forget a temporary directory chosen before the job
+    _rederive_compiler_config(workdir)
     if limits.isolate:
         isolate_network()
         confine_filesystem(workdir)
         drop_privileges(workdir, limits.max_processes)
         forbid_processes_and_sockets(allow_processes=limits.allow_processes)
+
+
+def _rederive_compiler_config(workdir: Path) -> None:
+    """What the preloaded compiler derived from the forkserver's process when imported,
+    derived again from the job's: the pool of compile workers from the CPUs the job may
+    use, the debug directory from its working directory."""
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+        inductor.compile_threads = inductor.decide_compile_threads()  # type: ignore[attr-defined]
+    dynamo = sys.modules.get("torch._dynamo.config")
+    if dynamo is not None and "TORCH_COMPILE_DEBUG_DIR" not in os.environ:
+        dynamo.debug_dir_root = str(workdir / "torch_compile_debug")  # type: ignore[attr-defined]
 
 
 def _child(
