@@ -66,6 +66,18 @@ def test_each_choice_names_what_it_runs() -> None:
 
 
 @needs_onednn
+def test_auto_keeps_the_weight_its_probe_packed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("swarmfab.engine.linear.CLEARLY_FASTER", float("inf"))  # oneDNN wins
+    weight = torch.randn(64, 32)
+    linear, name = choose("auto", weight)
+    assert name == "onednn" and isinstance(linear, PackedLinear)
+    assert len(linear._packed) == 1  # packed while probing
+    x = torch.randn(5, 32)
+    torch.testing.assert_close(linear(x, weight), F.linear(x, weight), rtol=1e-5, atol=1e-5)
+    assert len(linear._packed) == 1  # not packed again
+
+
+@needs_onednn
 def test_looped_experts_through_packed_weights_match_f_linear() -> None:
     generator = torch.Generator().manual_seed(3)
     gate, up = (torch.randn(4, 128, 256, generator=generator) * 256 ** -0.5 for _ in range(2))

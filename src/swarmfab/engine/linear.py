@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from swarmfab.errors import EngineError
 
-__all__ = ["LINEARS", "Linear", "PackedLinear", "choose", "onednn_available"]
+__all__ = ["LINEARS", "Linear", "PackedLinear", "checked", "choose", "onednn_available"]
 
 Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 LINEARS = ("auto", "torch", "onednn")
@@ -65,15 +65,20 @@ class PackedLinear:
         return torch.ops.mkldnn._linear_pointwise(x, held[1], None, "none", [], "")
 
 
+def checked(name: str) -> str:
+    """``name`` if it is one of :data:`LINEARS`, else an :class:`EngineError`."""
+    if name not in LINEARS:
+        raise EngineError(f"linear must be one of {', '.join(LINEARS)}, not {name!r}")
+    return name
+
+
 def choose(name: str, weight: torch.Tensor, rows: int = 8) -> tuple[Linear, str]:
     """The linear for slot value ``name`` and the name of what it is (``auto`` resolved by
     timing both on ``weight`` with ``rows`` input rows, alternately)."""
-    if name == "torch" or (name == "auto" and not onednn_available()):
+    if checked(name) == "torch" or (name == "auto" and not onednn_available()):
         return F.linear, "torch"
     if name == "onednn":
         return PackedLinear(rows), "onednn"
-    if name != "auto":
-        raise EngineError(f"linear must be one of {', '.join(LINEARS)}, not {name!r}")
     packed = PackedLinear(rows)
     # a constant input: the probe leaves the global random state as it was
     x = torch.full((rows, weight.shape[1]), 0.5, dtype=weight.dtype)
@@ -87,4 +92,5 @@ def choose(name: str, weight: torch.Tensor, rows: int = 8) -> tuple[Linear, str]
                     timings[label].append(time.perf_counter() - start)
     faster = statistics.median(timings["onednn"]) < CLEARLY_FASTER * statistics.median(
         timings["torch"])
-    return (PackedLinear(rows), "onednn") if faster else (F.linear, "torch")
+    # the probe's own instance: ``weight`` is packed in it already
+    return (packed, "onednn") if faster else (F.linear, "torch")

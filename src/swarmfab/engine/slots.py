@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from swarmfab.engine.linear import LINEARS, Linear
+from swarmfab.engine.linear import Linear, checked
 from swarmfab.errors import EngineError
 from swarmfab.workloads import Forward, get_workload, with_pools
 
@@ -186,9 +186,7 @@ class KernelSlots:
         """These slots with ``moe_experts``, ``mla_decode`` or ``linear`` filled by the
         named choice (:data:`MOE_EXPERTS`, :data:`MLA_DECODE`, ``engine.linear.LINEARS``)."""
         if slot == "linear":
-            if name not in LINEARS:
-                raise EngineError(f"linear must be one of {', '.join(LINEARS)}, not {name!r}")
-            return replace(self, linear=name, labels={**self.labels, "linear": name})
+            return replace(self, linear=checked(name), labels={**self.labels, "linear": name})
         choices = _CHOICES[slot]
         if name not in choices:
             raise EngineError(f"{slot} must be one of {', '.join(choices)}, not {name!r}")
