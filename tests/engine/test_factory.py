@@ -12,15 +12,18 @@ import time
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from swarmfab.cli import app
 from swarmfab.engine.engine import BIG_MODEL_BYTES, LLMEngine
 from swarmfab.engine.model import HybridModel
 from swarmfab.engine.request import SamplingParams
+from swarmfab.engine.weights import parameter_count
 from swarmfab.errors import EngineError, GoalError, SwarmfabError
 from swarmfab.kernels import design_space
 from swarmfab.knowledge import Store
+from swarmfab.knowledge.lessons import shape_class
 from swarmfab.records import CheckResult, Status, Verdict
 from swarmfab.report.export import export_champion
 from swarmfab.report.html import write_report
@@ -230,6 +233,19 @@ def test_a_move_that_cannot_change_the_traffic_s_batches_is_not_measured() -> No
                                   {**base, "dtype": "bfloat16"}, closed, resolved)
 
 
+def test_a_checkpoint_s_parameters_are_counted_from_its_headers(tiny_model: Path,
+                                                                tmp_path: Path) -> None:
+    tensors = load_file(str(tiny_model / "model.safetensors"))
+    count = parameter_count(tiny_model)
+    assert count == sum(t.numel() for t in tensors.values())
+    goal = _goal()
+    assert goal.run_label(count) == f"{count / 1e3:.3g}K {goal.traffic.label()}"
+    assert goal.run_label(153_222_148) == f"153M {goal.traffic.label()}"
+    (tmp_path / "model.safetensors").write_bytes(b"not a header")
+    with pytest.raises(EngineError, match="cannot read the weights"):
+        parameter_count(tmp_path)
+
+
 def test_auto_threads_follow_the_checkpoint_s_size(tiny_model: Path) -> None:
     cpus = len(os.sched_getaffinity(0))
     model = HybridModel.from_pretrained(tiny_model)
@@ -283,9 +299,13 @@ def test_a_short_engine_run_records_verdicts_and_its_recipe_serves(
     assert any(line.startswith("[1] recall: max_num_batched_tokens=64 -> ") for line in lines)
     # every measured candidate was verified before it was timed: the reference's tokens,
     # or (another dtype) the accuracy gate
+    # timed with the model's size in their label, so lessons weigh by model size
+    label = goal.run_label(parameter_count(tiny_model))
+    assert label.endswith(" c4 in8 out8") and shape_class(label) == "engine-xs-c8"
     for _, verdict in verdicts[1:]:
         if verdict.timings:
             assert any(c.check in ("greedy-tokens", "numerics") for c in verdict.checks)
+            assert verdict.timings[0].shape == label
     if result.champion_id == result.default_id:
         with pytest.raises(SwarmfabError, match="nothing to export"):
             export_champion(store, result.run_id, tmp_path / "out")
@@ -316,8 +336,9 @@ def _earlier_engine_run(store: Store, goal: EngineGoal, changes: dict[str, objec
     run_id = store.start_run("engine", goal.model_dump(mode="json", by_alias=True),
                              host_record(goal.threads, "c"))
     faster = Comparison([_round(1.0, 50)] * 4, [_round(1.5, 50)] * 4)
+    label = goal.run_label(parameter_count(Path(goal.model)))
     store.record(run_id, champion, comparison_verdict(champion.id, "default", faster, [],
-                                                      goal, 1.0))
+                                                      goal, 1.0, label))
     store.set_champion(run_id, champion.id)
     store.finish_run(run_id, "finished", {})
     return run_id

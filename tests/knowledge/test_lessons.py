@@ -84,6 +84,19 @@ def test_context_keys() -> None:
     assert shape_class("M=4 N=8") == "other"
 
 
+def test_engine_runs_are_classed_by_model_size_and_load() -> None:
+    assert shape_class("153M c8 in64 out32") == "engine-s-c8"
+    assert shape_class("898K c1 in16 out8") == "engine-xs-c1"
+    assert shape_class("1.3M c64 in64 out32") == "engine-xs-c33+"
+    assert shape_class("7.2B 4 req/s in64 out32") == "engine-l-open"
+    assert shape_class("c8 in64 out32") == "other"  # recorded before runs named the model
+    small = LessonContext.of("engine", HOST, ["153M c8 in64 out32"])
+    assert small.similarity_to("engine", small.device_class, ["engine-s-c8"]) == 1.0
+    assert small.similarity_to("engine", small.device_class, ["engine-s-c32"]) == 0.6
+    # a lesson of the 0.9M-parameter test model weighs little on a 153M model's run
+    assert small.similarity_to("engine", small.device_class, ["engine-xs-c8"]) == 0.3
+
+
 def test_extract_keeps_single_knob_pairs_with_their_effect(space: DesignSpace) -> None:
     rows = {row.knob: row for row in extract("r1", "kda", HOST, _run(space))}
     assert set(rows) == {"tile_v", "flags", "parallel"}  # the two-knob move teaches nothing

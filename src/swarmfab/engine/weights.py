@@ -9,19 +9,20 @@ q/k/v projections so a layer makes one matmul where the checkpoint has three.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from swarmfab.engine.config import ModelConfig
 from swarmfab.errors import EngineError
 
 __all__ = ["AttentionWeights", "KdaWeights", "MlpWeights", "ModelWeights", "MoeWeights",
-           "load_weights"]
+           "load_weights", "parameter_count"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,3 +193,17 @@ def load_weights(model_dir: Path, config: ModelConfig,
         except (SafetensorError, OSError) as exc:
             raise EngineError(f"cannot read {file}: {exc}") from exc
     return weights_from_tensors(tensors, config, dtype)
+
+
+def parameter_count(model_dir: Path) -> int:
+    """How many parameters the checkpoint's safetensors files hold (read from their
+    headers: no tensor is loaded)."""
+    total = 0
+    try:
+        for path in sorted(model_dir.glob("*.safetensors")):
+            with safe_open(str(path), framework="pt") as tensors:
+                for name in tensors.keys():  # noqa: SIM118 (a safe_open is no mapping)
+                    total += math.prod(tensors.get_slice(name).get_shape())
+    except (OSError, SafetensorError) as exc:
+        raise EngineError(f"cannot read the weights of {model_dir}: {exc}") from exc
+    return total

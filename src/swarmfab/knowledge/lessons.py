@@ -45,6 +45,9 @@ Z95 = 1.96
 MIN_LOG_SE = 0.005  # no single measurement is trusted to better than half a percent
 SHAPE_CLASSES = ("decode", "prefill-xs", "prefill-s", "prefill-m", "prefill-l")
 _LABEL = re.compile(r"B(\d+) T(\d+) H(\d+)(?:/HV(\d+))? K(\d+) V(\d+)")
+# an engine run's label (serving.goal.EngineGoal.run_label): model size, then traffic
+_ENGINE_LABEL = re.compile(r"^([\d.]+)([KMBT]?) (?:c(\d+)|\S+ req/s) in\d+ out\d+$")
+_SCALE = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
 
 
 # -- context keys ----------------------------------------------------------------------
@@ -80,7 +83,12 @@ def device_class(host: Mapping[str, Any]) -> str:
 
 
 def shape_class(label: str) -> str:
-    """decode (T=1) or prefill by B*T*HV*K*V; "other" for shapes of other workloads."""
+    """decode (T=1) or prefill by B*T*HV*K*V; for an engine run, the model's size and
+    the load (e.g. ``engine-s-c8``: 10M-300M parameters, 2-8 concurrent requests);
+    "other" for shapes of other workloads."""
+    engine = _ENGINE_LABEL.match(label)
+    if engine is not None:
+        return _engine_class(float(engine[1]) * _SCALE[engine[2]], engine[3])
     match = _LABEL.search(label)
     if match is None:
         return "other"
@@ -130,9 +138,20 @@ class LessonContext:
         return same_workload * same_device * shape
 
 
+def _engine_class(parameters: float, concurrency: str | None) -> str:
+    size = next((name for limit, name in ((1e7, "xs"), (3e8, "s"), (3e9, "m"), (3e10, "l"))
+                 if parameters < limit), "xl")
+    if concurrency is None:
+        return f"engine-{size}-open"  # arrivals at a rate
+    load = next((f"c{limit}" for limit in (1, 8, 32) if int(concurrency) <= limit), "c33+")
+    return f"engine-{size}-{load}"
+
+
 def _shape_similarity(a: str, b: str) -> float:
     if a == b:
         return 1.0
+    if a.startswith("engine-") and b.startswith("engine-"):  # the same model size?
+        return 0.6 if a.rsplit("-", 1)[0] == b.rsplit("-", 1)[0] else 0.3
     if a in SHAPE_CLASSES and b in SHAPE_CLASSES and "decode" not in (a, b) \
             and abs(SHAPE_CLASSES.index(a) - SHAPE_CLASSES.index(b)) == 1:
         return 0.6

@@ -43,6 +43,7 @@ import httpx
 from swarmfab.agents.base import Context
 from swarmfab.agents.builtin.bandit import bandit_agents
 from swarmfab.agents.builtin.recall import RecallAgent
+from swarmfab.engine.weights import parameter_count
 from swarmfab.knowledge import LessonContext, Store
 from swarmfab.knowledge.recall import Recalled
 from swarmfab.records import Candidate, CheckResult, Estimate, Lesson, Status, Verdict
@@ -101,7 +102,8 @@ def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
     model_dir = goal.model_dir(workdir / "checkpoints")
     host = host_record(goal.threads, "c")
     space = engine_space(goal.threads, kda=kda_champions(store, host) if use_lessons else None)
-    context = LessonContext.of("engine", host, [goal.traffic.label()])
+    label = goal.run_label(parameter_count(model_dir))
+    context = LessonContext.of("engine", host, [label])
     lessons = tuple(store.lessons_for(context)) if use_lessons else ()
     recalled = store.recall(context) if use_lessons else []
     if resume is None:
@@ -119,7 +121,7 @@ def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
             f"{len(recalled)} champion recipe(s) recalled; --no-lessons to ignore them")
     default = space.instantiate(space.default(), threads=goal.threads, agent="default",
                                 rationale="the engine's default settings")
-    search = _Search(goal, store, run_id, model_dir, workdir, budget, log)
+    search = _Search(goal, store, run_id, model_dir, workdir, budget, log, label)
     try:
         result = search.run(default, space, lessons, recalled)
     except KeyboardInterrupt:
@@ -143,8 +145,8 @@ def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
 
 class _Search:
     def __init__(self, goal: EngineGoal, store: Store, run_id: str, model_dir: Path,
-                 workdir: Path, budget: _Budget, log: Log):
-        self.goal, self.store, self.run_id = goal, store, run_id
+                 workdir: Path, budget: _Budget, log: Log, label: str):
+        self.goal, self.store, self.run_id, self.label = goal, store, run_id, label
         self.model_dir, self.workdir, self.budget, self.log = model_dir, workdir, budget, log
         self.evaluations = 0
         self.incumbent: EngineProcess | None = None
@@ -358,7 +360,7 @@ class _Search:
         self.eval_s = time.monotonic() - started  # the latest: rounds vary with noise
         self._measured(candidate.id, "candidate", pair.candidate)
         verdict = comparison_verdict(candidate.id, incumbent_id, pair, checks, self.goal,
-                                     time.monotonic() - started)
+                                     time.monotonic() - started, self.label)
         return verdict, process
 
     def _verify(self, candidate: Candidate, url: str, prompts: list[list[int]],

@@ -155,6 +155,15 @@ class EngineGoal(_Strict):
                              f"({self.min_rounds})")
         return self
 
+    def run_label(self, parameters: int) -> str:
+        """What an engine run's timings and lessons are labelled with: the model's size,
+        then the traffic (e.g. ``153M c8 in64 out32``), so that lessons learnt on one
+        model weigh on runs of a model of like size (``knowledge.lessons.shape_class``)."""
+        for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+            if parameters >= scale:
+                return f"{parameters / scale:.3g}{suffix} {self.traffic.label()}"
+        return f"{parameters} {self.traffic.label()}"
+
     def model_dir(self, cache: Path) -> Path:
         """The checkpoint directory, made first for a ``random:`` model."""
         if not self.model.startswith(RANDOM_PREFIX):
