@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from swarmfab.cli import app
 from swarmfab.errors import CandidateError, GoalError, WorkloadError
 from swarmfab.goal import default_goal
-from swarmfab.kernels import design_space
+from swarmfab.kernels import design_space, onednn_available
 from swarmfab.workloads import Case, Dims, get_workload
 from swarmfab.workloads._problem import ProblemWorkload, build_module
 from swarmfab.workloads._problem_sizes import (
@@ -249,6 +249,26 @@ def test_eager_setting_runs_and_matches(problem_file: Path) -> None:
         with torch.no_grad():
             out = problem.call(namespace["ModelNew"], inputs)["out"]
         assert torch.allclose(out.double(), problem.reference(inputs)["out"], atol=1e-5), engine
+
+
+@pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")
+@pytest.mark.parametrize("engine", ["eager", "inductor"])
+def test_gemms_through_onednn_run_and_match(problem_file: Path, engine: str) -> None:
+    problem = get_workload(str(problem_file))
+    space = design_space(str(problem_file))
+    assert space.knob("gemm").values == ("aten", "onednn")
+    candidate = space.instantiate({**space.default(), "engine": engine, "gemm": "onednn"},
+                                  threads=1)
+    namespace: dict[str, object] = {}
+    exec(compile(candidate.sources[candidate.entry], "c", "exec"), namespace)
+    inputs = problem.make_inputs(problem.validation_cases()[0])
+    with torch.profiler.profile() as profile, torch.no_grad():
+        out = problem.call(namespace["ModelNew"], inputs)["out"]
+    assert torch.allclose(out.double(), problem.reference(inputs)["out"], atol=1e-5)
+    names = {event.name for event in profile.events()}
+    assert "model_new::onednn_linear" in names or "mkldnn::_linear_pointwise" in names, names
+    # the file runs again (another size, another candidate) in the same process
+    exec(compile(candidate.sources[candidate.entry], "c", "exec"), {})
 
 
 def test_sizes_are_fitted_to_the_host_and_kept_in_the_goal(problem_file: Path) -> None:

@@ -19,28 +19,18 @@ Both compute the same products; their sums may round differently in the last bit
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from swarmfab.errors import EngineError
+from swarmfab.kernels import onednn_available, onednn_clearly_faster
 
 __all__ = ["LINEARS", "Linear", "PackedLinear", "checked", "choose", "onednn_available"]
 
 Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 LINEARS = ("auto", "torch", "onednn")
-# ``auto`` takes oneDNN only when its median is below this fraction of F.linear's: a
-# choice that flips with the noise of a busy host would make two engines round apart
-CLEARLY_FASTER = 0.8
-PROBE_ROUNDS = 15
-
-
-def onednn_available() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
-                                                            "_linear_pointwise")
 
 
 class PackedLinear:
@@ -82,15 +72,5 @@ def choose(name: str, weight: torch.Tensor, rows: int = 8) -> tuple[Linear, str]
     packed = PackedLinear(rows)
     # a constant input: the probe leaves the global random state as it was
     x = torch.full((rows, weight.shape[1]), 0.5, dtype=weight.dtype)
-    timings: dict[str, list[float]] = {"torch": [], "onednn": []}
-    with torch.inference_mode():
-        for round_ in range(PROBE_ROUNDS + 2):
-            for label, linear in (("torch", F.linear), ("onednn", packed)):
-                start = time.perf_counter()
-                linear(x, weight)
-                if round_ >= 2:  # the first two warm up (and pack)
-                    timings[label].append(time.perf_counter() - start)
-    faster = statistics.median(timings["onednn"]) < CLEARLY_FASTER * statistics.median(
-        timings["torch"])
-    # the probe's own instance: ``weight`` is packed in it already
+    faster = onednn_clearly_faster(x, weight, packed)  # packs ``weight`` in ``packed``
     return (packed, "onednn") if faster else (F.linear, "torch")

@@ -11,6 +11,11 @@ frozen, converted) and whose later calls take it. A user can read the file and k
   instead of Python; dynamic shapes or one graph per shape;
 - tiling, ``coordinate_descent``: Inductor's tuning of its kernels' block sizes;
 - layout, ``layout``: channels-last activations and weights (problems with convolutions);
+- library, ``gemm``: the float32 GEMMs (``F.linear``, matmuls by a 2-D matrix) through
+  ATen's BLAS (MKL) or oneDNN, one opaque operator that Inductor fuses around. Which is
+  faster depends on the CPU (:mod:`~swarmfab.kernels._gemm`): the default is the one a
+  probe found clearly faster here, and the search may try the other (problems with
+  GEMMs, where torch has oneDNN);
 - numerics, ``precision``: bfloat16 autocast, only where the CPU has bfloat16
   instructions (the verifier holds it to the goal's tolerance);
 - parallelism, ``threads``: the benchmark's threads, or one (a small problem pays for
@@ -26,6 +31,7 @@ from __future__ import annotations
 import re
 import textwrap
 
+from swarmfab.kernels._gemm import onednn_available, onednn_gemm_faster
 from swarmfab.kernels._host import BF16_FLAGS, host_cpu_flags
 from swarmfab.kernels._space import DesignSpace, Knob, Setting
 
@@ -34,6 +40,7 @@ __all__ = ["module_space", "render_module"]
 ENTRY = "model_new.py"
 _CONVOLUTION = re.compile(r"\bconv[123]d\b|\bConv[123]d\b|\bconv_transpose[123]d\b"
                           r"|\bConvTranspose[123]d\b")
+_GEMM = re.compile(r"\bmatmul\b|\bmm\b|\blinear\b|\bLinear\b|\w\s*@\s*\w")
 
 
 def module_space(workload: str, source: str, flags: frozenset[str] | None = None
@@ -61,6 +68,11 @@ def module_space(workload: str, source: str, flags: frozenset[str] | None = None
     if _CONVOLUTION.search(source):
         knobs.append(Knob("layout", "layout", ("contiguous", "channels_last"), "contiguous",
                           help="memory format of 4-D activations and weights"))
+    if _GEMM.search(source) and onednn_available():
+        knobs.append(Knob("gemm", "library", ("aten", "onednn"),
+                          "onednn" if onednn_gemm_faster() else "aten",
+                          help="float32 GEMMs through ATen's BLAS (MKL) or oneDNN (the "
+                               "default: the one clearly faster on this host)"))
     if flags & BF16_FLAGS:
         knobs.append(Knob("precision", "numerics", ("float32", "bfloat16"), "float32",
                           help="bfloat16 autocast where the CPU has bfloat16 instructions"))
@@ -101,6 +113,8 @@ def render_module(source: str, setting: Setting, threads: int) -> str:
     body = _prepare_body(engine, shown)
     lines += ["        " + line if line else "" for line in body]
     text = source.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
+    if shown.get("gemm") == "onednn":
+        text += _ONEDNN_GEMMS
     if engine == "jit-freeze":
         text += _EAGER_WRAPPER
     return text
@@ -111,6 +125,8 @@ def _read_by(engine: str, setting: Setting) -> set[str]:
     read = {"engine", "threads", "grad_mode", "layout", "precision"}
     if engine == "inductor":
         read |= {"autotune", "freezing", "cpp_wrapper", "dynamic", "coordinate_descent"}
+    if engine != "jit-freeze":  # a trace would record the oneDNN call with its weights
+        read.add("gemm")
     return read & set(setting)
 
 
@@ -121,8 +137,10 @@ def _prepare_body(engine: str, shown: Setting) -> list[str]:
     channels_last = shown.get("layout") == "channels_last"
     if channels_last:
         body.append("self.to(memory_format=torch.channels_last)")
+    forward = ("_onednn_gemms(super().forward)" if shown.get("gemm") == "onednn"
+               else "super().forward")
     if engine == "eager":
-        body.append("fast = super().forward")
+        body.append(f"fast = {forward}")
     elif engine == "inductor":
         options = {"max_autotune": shown.get("autotune") == "on",
                    "freezing": shown.get("freezing") == "on",
@@ -130,7 +148,7 @@ def _prepare_body(engine: str, shown: Setting) -> list[str]:
                    "coordinate_descent_tuning": shown.get("coordinate_descent") == "on"}
         chosen = {name: True for name, on in options.items() if on}
         dynamic = "False" if shown.get("dynamic") == "static" else "None"
-        body.append(f"fast = torch.compile(super().forward, dynamic={dynamic}"
+        body.append(f"fast = torch.compile({forward}, dynamic={dynamic}"
                     + (f", options={chosen!r})" if chosen else ")"))
     else:  # jit-freeze
         body += ["with torch.no_grad():",
@@ -167,4 +185,55 @@ class _Eager(torch.nn.Module):
 
     def forward(self, *inputs):
         return Model.forward(self.model, *inputs)
+'''
+
+
+_ONEDNN_GEMMS = '''
+
+# GEMMs through oneDNN: F.linear, and matmuls of a contiguous float32 matrix (or batch of
+# rows) by a 2-D matrix, run as one operator that torch.compile treats as opaque
+try:
+    _onednn_linear = torch.ops.model_new.onednn_linear
+except AttributeError:  # the first time this file runs in the process
+    @torch.library.custom_op("model_new::onednn_linear", mutates_args=())
+    def _onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+
+    @_onednn_linear.register_fake
+    def _(x, weight):
+        return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+def _float32(*tensors):
+    return all(isinstance(t, torch.Tensor) and t.dtype == torch.float32
+               and t.device.type == "cpu" and t.layout == torch.strided for t in tensors)
+
+
+def _rows_by_matrix(x, weight):
+    """x [..., K], contiguous, times a matrix: what oneDNN takes as it is."""
+    return _float32(x, weight) and x.dim() >= 2 and x.is_contiguous() and weight.dim() == 2
+
+
+class _OneDnnGemms(torch.overrides.TorchFunctionMode):
+    MATMULS = (torch.matmul, torch.mm, torch.Tensor.matmul, torch.Tensor.mm,
+               torch.Tensor.__matmul__)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.linear and len(args) >= 2:
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            if _rows_by_matrix(args[0], args[1]) and (bias is None or _float32(bias)):
+                out = _onednn_linear(args[0], args[1])
+                return out if bias is None else out + bias
+        elif func in self.MATMULS and len(args) == 2 and not kwargs \\
+                and _rows_by_matrix(args[0], args[1]):
+            return _onednn_linear(args[0], args[1].t())
+        return func(*args, **kwargs)
+
+
+def _onednn_gemms(forward):
+    def run(*inputs):
+        with _OneDnnGemms():
+            return forward(*inputs)
+    return run
 '''
