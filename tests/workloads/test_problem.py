@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 from swarmfab.cli import app
 from swarmfab.errors import CandidateError, GoalError, WorkloadError
 from swarmfab.goal import default_goal
-from swarmfab.kernels import design_space, onednn_available
+from swarmfab.kernels import design_space, onednn_available, onednn_clearly_faster
 from swarmfab.workloads import Case, Dims, get_workload
 from swarmfab.workloads._problem import ProblemWorkload, build_module
 from swarmfab.workloads._problem_sizes import (
@@ -249,6 +250,18 @@ def test_eager_setting_runs_and_matches(problem_file: Path) -> None:
         with torch.no_grad():
             out = problem.call(namespace["ModelNew"], inputs)["out"]
         assert torch.allclose(out.double(), problem.reference(inputs)["out"], atol=1e-5), engine
+
+
+@pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")
+def test_the_gemm_library_starts_from_the_one_faster_here(
+        problem_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for faster, default in ((True, "onednn"), (False, "aten")):
+        monkeypatch.setattr("swarmfab.kernels.module.onednn_gemm_faster",
+                            lambda faster=faster: faster)
+        assert design_space(str(problem_file)).default()["gemm"] == default
+    x, weight = torch.ones(64, 32), torch.ones(16, 32)
+    assert onednn_clearly_faster(x, weight, lambda x, w: x, rounds=3)  # no work at all
+    assert not onednn_clearly_faster(x, weight, lambda x, w: time.sleep(0.005), rounds=3)
 
 
 @pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")
