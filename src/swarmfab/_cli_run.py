@@ -218,15 +218,11 @@ def resume(
 
 def _lesson_context(goal: Any, space: Any) -> Any:
     """This goal's context for lessons and recall: workload, device class, shape classes."""
-    import platform
-
-    from swarmfab.backends import get_backend
     from swarmfab.knowledge import LessonContext
+    from swarmfab.swarm.hosts import host_record
 
-    host = {"machine": platform.machine(), "threads": goal.threads,
-            **get_backend(space.backend).describe()}
     labels = [shape.label for shape in goal.target_shapes()]
-    return LessonContext.of(goal.workload, host, labels)
+    return LessonContext.of(goal.workload, host_record(goal.threads, space.backend), labels)
 
 
 def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,

@@ -13,16 +13,16 @@ from swarmfab._cli_common import DEFAULT_DB, DbOption, JsonOption, console, frie
 from swarmfab.errors import GoalError, StoreError
 
 if TYPE_CHECKING:
+    from swarmfab.knowledge import Store
     from swarmfab.workloads import Case
 
 corpus_app = typer.Typer(help="Inspect and extend the validation corpus.", no_args_is_help=True)
 
 
-def _all_cases(workload: str, db: str) -> list[Case]:
-    from swarmfab.knowledge import Store
+def _all_cases(workload: str, store: Store) -> list[Case]:
     from swarmfab.workloads import get_workload
 
-    return [*get_workload(workload).validation_cases(), *Store(db).cases(workload)]
+    return [*get_workload(workload).validation_cases(), *store.cases(workload)]
 
 
 @corpus_app.command("list")
@@ -37,7 +37,7 @@ def list_cases(
     from swarmfab.knowledge import Store
 
     store = Store(db)
-    cases = _all_cases(workload, db)
+    cases = _all_cases(workload, store)
     found = {name: run for name, _, _, run in store.case_history(workload)}
     rejected = store.case_rejections(workload)
     if as_json:
@@ -71,7 +71,9 @@ def show_case(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """One case as JSON (shape, distribution, seed, origin)."""
-    case = next((c for c in _all_cases(workload, db) if c.name == name), None)
+    from swarmfab.knowledge import Store
+
+    case = next((c for c in _all_cases(workload, Store(db)) if c.name == name), None)
     if case is None:
         raise StoreError(f"no case {name!r} in the {workload} corpus")
     print(json.dumps(case.to_dict(), indent=2))
