@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -73,14 +74,32 @@ def database_url(path_or_url: str | Path) -> str:
     return f"sqlite:///{path}"
 
 
+SQLITE_BUSY_S = 30.0
+
+
 def _sqlite_pragmas(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(connection: Any, _record: Any) -> None:
         cursor = connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_S * 1000)}")
+        _write_ahead_log(cursor)
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
+
+
+def _write_ahead_log(cursor: Any) -> None:
+    """Switch the file to WAL (it stays so). Processes that open a new store at the same
+    instant race for that switch, and SQLite answers the losers "database is locked" at
+    once, without waiting out the busy timeout: they try again until it has passed."""
+    deadline = time.monotonic() + SQLITE_BUSY_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _engine(url: str) -> Engine:
