@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, delete, event, func, select
+from sqlalchemy import Engine, create_engine, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -44,6 +43,7 @@ from swarmfab.knowledge._schema import (
     RunRow,
     VerdictRow,
 )
+from swarmfab.knowledge._sqlite import sqlite_pragmas
 from swarmfab.knowledge.recall import Champion, Recalled, recall_champions
 from swarmfab.measure.roofline import HostPeaks
 from swarmfab.records import Candidate, Lesson, Status, Verdict
@@ -74,34 +74,6 @@ def database_url(path_or_url: str | Path) -> str:
     return f"sqlite:///{path}"
 
 
-SQLITE_BUSY_S = 30.0
-
-
-def _sqlite_pragmas(engine: Engine) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(connection: Any, _record: Any) -> None:
-        cursor = connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_S * 1000)}")
-        _write_ahead_log(cursor)
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.close()
-
-
-def _write_ahead_log(cursor: Any) -> None:
-    """Switch the file to WAL (it stays so). Processes that open a new store at the same
-    instant race for that switch, and SQLite answers the losers "database is locked" at
-    once, without waiting out the busy timeout: they try again until it has passed."""
-    deadline = time.monotonic() + SQLITE_BUSY_S
-    while True:
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
 def _engine(url: str) -> Engine:
     dialect = url.split("://", 1)[0].split("+", 1)[0]
     if dialect not in _DIALECTS:
@@ -111,7 +83,7 @@ def _engine(url: str) -> Engine:
         return create_engine(url, pool_pre_ping=True,
                              connect_args={"options": "-c timezone=UTC"})
     engine = create_engine(url)
-    _sqlite_pragmas(engine)
+    sqlite_pragmas(engine)
     return engine
 
 
