@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from swarmfab.errors import EngineError
-from swarmfab.kernels import onednn_available, onednn_clearly_faster
+from swarmfab.kernels import onednn_available, onednn_clearly_faster, onednn_linear
 
 __all__ = ["LINEARS", "Linear", "PackedLinear", "checked", "choose", "onednn_available"]
 
@@ -52,7 +52,7 @@ class PackedLinear:
         if held is None:
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, self.rows_hint)
             held = self._packed[key] = (weight, packed)
-        return torch.ops.mkldnn._linear_pointwise(x, held[1], None, "none", [], "")
+        return onednn_linear(x, held[1])
 
 
 def checked(name: str) -> str:

@@ -1,13 +1,18 @@
 """Kernel design spaces that built-in agents instantiate, one sub-package per workload."""
 
 from swarmfab.errors import WorkloadError
-from swarmfab.kernels._gemm import onednn_available, onednn_clearly_faster, onednn_gemm_faster
+from swarmfab.kernels._gemm import (
+    onednn_available,
+    onednn_clearly_faster,
+    onednn_gemm_faster,
+    onednn_linear,
+)
 from swarmfab.kernels._host import BF16_FLAGS, host_cpu_flags
 from swarmfab.kernels._space import DesignSpace, Knob, KnobValue, Setting
 
 __all__ = ["BF16_FLAGS", "DesignSpace", "Knob", "KnobValue", "Setting", "design_space",
            "host_cpu_flags", "onednn_available", "onednn_clearly_faster",
-           "onednn_gemm_faster"]
+           "onednn_gemm_faster", "onednn_linear"]
 
 
 def design_space(workload: str, device: str = "cpu") -> DesignSpace:

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["CLEARLY_FASTER", "onednn_available", "onednn_clearly_faster",
-           "onednn_gemm_faster"]
+           "onednn_gemm_faster", "onednn_linear"]
 
 # oneDNN is taken only when its median is below this fraction of F.linear's: a choice
 # that flipped with the noise of a busy host would make two runs differ for nothing
@@ -49,14 +49,14 @@ def onednn_clearly_faster(x: torch.Tensor, weight: torch.Tensor, onednn: Gemm,
     return statistics.median(timings["onednn"]) < below * statistics.median(timings["torch"])
 
 
-def onednn_gemm_faster(threads: int | None = None) -> bool:
+def onednn_gemm_faster() -> bool:
     """Whether oneDNN runs a problem-sized float32 GEMM (256x1024 by 1024x2048, weights
     as given, not reordered) faster than ATen here, by a tenth at least (a starting
-    point, not a crown: the search may still try the other), on ``threads`` intra-op
-    threads (default: every CPU this thread may use, as a benchmark does; at one thread
-    the answer may differ). Timed once per process and thread count, on constant inputs
-    (the global random state stays as it was)."""
-    return _onednn_gemm_faster(threads or len(os.sched_getaffinity(0)))
+    point, not a crown: the search may still try the other), on as many intra-op threads
+    as this thread has CPUs, as a benchmark does (at one thread the answer may differ).
+    Timed once per process and thread count, on constant inputs (the global random state
+    stays as it was)."""
+    return _onednn_gemm_faster(len(os.sched_getaffinity(0)))
 
 
 @functools.cache
@@ -67,10 +67,12 @@ def _onednn_gemm_faster(threads: int) -> bool:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return onednn_clearly_faster(x, weight, _onednn_linear, rounds=7, below=0.9)
+        return onednn_clearly_faster(x, weight, onednn_linear, rounds=7, below=0.9)
     finally:
         torch.set_num_threads(before)
 
 
-def _onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``F.linear(x, weight)`` (no bias) by oneDNN; ``weight`` as given or as reordered by
+    ``torch.ops.mkldnn._reorder_linear_weight``."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
