@@ -204,7 +204,7 @@ def test_a_faster_recipe_that_breaks_the_objective_is_not_crowned() -> None:
     # 3% more, every round: real, perhaps, but below the 5% a crown needs
     slightly = Comparison(fast_ok.incumbent, [_round(1.03, 50), _round(1.031, 50),
                                               _round(1.029, 50), _round(1.03, 50)])
-    verdicts = [comparison_verdict("c", "i", pair, [], goal, 1.0)
+    verdicts = [comparison_verdict("c", "i", pair, [], goal, 1.0, goal.run_label(898_200))
                 for pair in (slow_ok, fast_ok, fast_late, slightly)]
     assert [judge(v).promote for v in verdicts] == [False, True, False, False]
     assert verdicts[2].status is Status.REJECTED and "p99 TPOT 150.0 ms > 100 ms" in \

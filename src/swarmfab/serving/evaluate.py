@@ -297,15 +297,15 @@ def objective_check(rounds: list[LoadRound], goal: EngineGoal) -> CheckResult:
 
 def comparison_verdict(candidate_id: str, incumbent_id: str, pair: Comparison,
                        checks: list[CheckResult], goal: EngineGoal, elapsed_s: float,
-                       label: str | None = None) -> Verdict:
+                       label: str) -> Verdict:
     """The verdict of a verified candidate measured against the incumbent; its timing
-    is labelled ``label`` (:meth:`EngineGoal.run_label`; the traffic's alone if None)."""
+    is labelled ``label`` (:meth:`EngineGoal.run_label`)."""
     objective = objective_check(pair.candidate, goal)
     ratio = pair.ratio()
     per_unit = [1 / r.metric if r.metric > 0 else math.inf for r in pair.candidate]
     per_unit_incumbent = [1 / r.metric if r.metric > 0 else math.inf for r in pair.incumbent]
     timing = ShapeTiming(
-        shape=label or goal.traffic.label(), incumbent=incumbent_id,
+        shape=label, incumbent=incumbent_id,
         candidate_s=_estimate(per_unit), incumbent_s=_estimate(per_unit_incumbent),
         ratio=ratio, comparison=_compared(ratio, goal.min_gain), samples=len(pair.candidate))
     status = Status.ACCEPTED if objective.passed else Status.REJECTED
