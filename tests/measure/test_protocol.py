@@ -7,6 +7,8 @@ the instruction count, whatever else the machine is doing.
 
 from __future__ import annotations
 
+import pytest
+
 from swarmfab.measure import TimingPolicy, classify, paired_ratio, time_interleaved
 
 STEPS = 40_000
@@ -20,6 +22,8 @@ def _work(steps: int) -> float:
     return total
 
 
+# timed beside another test's load, identical calls measured 1.19x [1.11, 1.33] apart
+@pytest.mark.exclusive
 def test_identical_calls_are_indistinguishable_and_a_slowed_one_is_measured() -> None:
     samples = time_interleaved(
         {
