@@ -6,6 +6,7 @@ import ctypes
 import os
 import socket
 import sys
+from pathlib import Path
 
 
 def fork_storm() -> str:
@@ -41,3 +42,11 @@ def connect_loopback(port: int) -> str:
 
 def segfault() -> None:
     ctypes.string_at(0)
+
+
+def read_then_overwrite(relative: str) -> str:
+    """Read a file staged by link, then try to write through the link."""
+    content = Path(relative).read_text()
+    with open(relative, "w") as handle:
+        handle.write("planted")
+    return content

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from pathlib import Path
@@ -9,8 +10,8 @@ from pathlib import Path
 import hostile_jobs
 import pytest
 
-from swarmfab.sandbox import JobStatus, Limits, run_job
-from swarmfab.sandbox._isolation import forbid_processes_and_sockets
+from swarmfab.sandbox import JobStatus, Limits, _process, run_job
+from swarmfab.sandbox._isolation import can_read, forbid_processes_and_sockets
 
 
 def _has_seccomp() -> bool:
@@ -87,3 +88,36 @@ def test_job_directories_of_dead_processes_are_swept(tmp_path: Path,
     _process._sweep_abandoned_job_dirs.cache_clear()
     _process._sweep_abandoned_job_dirs()
     assert not dead.exists() and alive.exists()
+
+
+def test_a_linked_file_is_read_in_place_and_never_changed(tmp_path: Path) -> None:
+    """Large read-only inputs (Inductor's precompiled headers) reach a job as links: it
+    reads them, and neither writing through the link nor taking over the working
+    directory's files (dropping privileges) changes what they point to."""
+    source = tmp_path / "header.h.gch"
+    source.write_text("trusted")
+    owner = source.stat().st_uid
+    outcome = run_job(hostile_jobs.read_then_overwrite, "linked/header.h.gch",
+                      links={"linked/header.h.gch": source})
+    assert source.read_text() == "trusted"
+    assert source.stat().st_uid == owner
+    if outcome.status is JobStatus.OK:  # a copy it may change (see the next test), or
+        assert outcome.value == "trusted"  # a host that confines nothing
+        return
+    assert outcome.status is JobStatus.ERROR
+    assert "Read-only file system" in outcome.detail or "Permission denied" in outcome.detail
+
+
+def test_a_linked_file_the_job_could_not_read_in_place_is_copied(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "private.h.gch"
+    source.write_text("trusted")
+    monkeypatch.setattr(_process, "can_read", lambda path, isolate: False)
+    outcome = run_job(os.path.islink, "linked/private.h.gch",
+                      links={"linked/private.h.gch": source})
+    assert outcome.status is JobStatus.OK, outcome.detail
+    assert outcome.value is False
+    monkeypatch.undo()
+    outcome = run_job(os.path.islink, "linked/private.h.gch",
+                      links={"linked/private.h.gch": source})
+    assert outcome.value is can_read(source, isolate=True)

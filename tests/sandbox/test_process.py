@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from swarmfab.sandbox import JobStatus, Limits, run_job, scrubbed_environment
+from swarmfab.sandbox import JobStatus, Limits, job_user, run_job, scrubbed_environment
 
 
 def test_a_job_returns_its_value() -> None:
@@ -155,3 +155,12 @@ def test_the_preloaded_compiler_is_sized_for_the_job_not_the_forkserver() -> Non
     threads, debug_dir, workdir = outcome.value
     assert threads == 1
     assert Path(debug_dir).parent == Path(workdir)
+
+
+def test_a_job_is_told_the_user_it_runs_as() -> None:
+    """Libraries name per-user directories after USER/LOGNAME (Inductor's precompiled
+    headers among them): a job's must name the user it runs as, whatever the parent's."""
+    probe = "(__import__('os').environ['USER'], __import__('getpass').getuser())"
+    outcome = run_job(eval, probe)
+    assert outcome.status is JobStatus.OK, outcome.detail
+    assert outcome.value == (job_user(isolate=True), job_user(isolate=True))

@@ -22,7 +22,7 @@ import torch
 from swarmfab.backends import Artifact, get_backend
 from swarmfab.errors import BuildError, MeasurementError, SandboxError
 from swarmfab.evaluation._cores import CoreBroker, pinned_thread
-from swarmfab.evaluation._inductor_base import base_cache, staged_base
+from swarmfab.evaluation._inductor_base import base_cache, linked_headers, staged_base
 from swarmfab.evaluation._outcomes import (
     accepted_summary,
     build_failed,
@@ -46,7 +46,7 @@ from swarmfab.measure import (
 )
 from swarmfab.measure.roofline import IMPOSSIBLE_FRACTION, HostPeaks
 from swarmfab.records import Candidate, CheckResult, Estimate, ShapeTiming, Status, Verdict
-from swarmfab.sandbox import JobOutcome, JobStatus, Limits, run_job
+from swarmfab.sandbox import JobOutcome, JobStatus, Limits, job_user, run_job
 from swarmfab.verify import compare_outputs, probes
 from swarmfab.workloads import AnyShape, Case, Inputs, Outputs, Tolerances, Workload
 
@@ -224,10 +224,13 @@ class Evaluator:
                 return self._job(job, *args, limits=limits, stage=stage, cores=leased)
         if self._cancel.is_set():
             raise Cancelled("the run is stopping")
+        links = {}
         if limits.allow_processes and self.device == "cpu":  # it may compile: start warm
-            stage = {**staged_base(base_cache(self.cache_dir, cores)), **stage}
+            base = base_cache(self.cache_dir, cores)
+            stage = {**staged_base(base), **stage}
+            links = linked_headers(base, job_user(limits.isolate))
         outcome = run_job(job, *args, limits=dataclasses.replace(limits, cores=cores),
-                          stage=stage, cancel=self._cancel)
+                          stage=stage, cancel=self._cancel, links=links)
         if outcome.status is JobStatus.CANCELLED:
             raise Cancelled("the run is stopping")
         return outcome

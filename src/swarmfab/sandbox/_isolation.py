@@ -16,10 +16,12 @@ from pathlib import Path
 __all__ = [
     "UNPRIVILEGED",
     "can_drop_privileges",
+    "can_read",
     "confine_filesystem",
     "drop_privileges",
     "forbid_processes_and_sockets",
     "isolate_network",
+    "job_user",
 ]
 
 _CLONE_NEWNET = 0x40000000
@@ -145,6 +147,21 @@ def confine_filesystem(workdir: Path) -> bool:
     )
 
 
+def can_read(path: Path, isolate: bool) -> bool:
+    """Whether a job (isolated or not) may read ``path`` where it lies."""
+    return not (isolate and can_drop_privileges()) or _world_reachable(path)
+
+
+def job_user(isolate: bool) -> str:
+    """The name of the user a job runs as."""
+    if isolate and can_drop_privileges():
+        return UNPRIVILEGED
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid_{os.geteuid()}"
+
+
 def _world_reachable(path: Path) -> bool:
     """Whether a user with no special rights can read ``path`` (and traverse its parents)."""
     try:
@@ -180,12 +197,14 @@ def can_drop_privileges() -> bool:
 
 
 def drop_privileges(workdir: Path, max_processes: int) -> bool:
-    """Become ``nobody`` with a cap on processes (the cap binds non-root users only)."""
+    """Become ``nobody`` with a cap on processes (the cap binds non-root users only).
+    The working directory becomes theirs; a link in it is not followed (what it points
+    to stays its owner's)."""
     if not can_drop_privileges():
         return False
     user = pwd.getpwnam(UNPRIVILEGED)
     for entry in [workdir, *workdir.rglob("*")]:
-        os.chown(entry, user.pw_uid, user.pw_gid)
+        os.chown(entry, user.pw_uid, user.pw_gid, follow_symlinks=False)
     import resource
 
     resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))

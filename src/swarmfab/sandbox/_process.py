@@ -43,13 +43,15 @@ from typing import Any
 
 from swarmfab.errors import SandboxError
 from swarmfab.sandbox._isolation import (
+    can_read,
     confine_filesystem,
     drop_privileges,
     forbid_processes_and_sockets,
     isolate_network,
+    job_user,
 )
 
-__all__ = ["JobOutcome", "JobStatus", "Limits", "run_job", "scrubbed_environment"]
+__all__ = ["JobOutcome", "JobStatus", "Limits", "job_user", "run_job", "scrubbed_environment"]
 
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE_URL|DSN|AUTH", re.I)
 _PRELOAD = ["numpy", "torch", "swarmfab.evaluation._worker"]
@@ -138,9 +140,12 @@ def _confine(limits: Limits, workdir: Path, environ: Mapping[str, str]) -> None:
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update(scrubbed_environment(environ))
-    # every cache a library might write goes into the job's own (writable) directory
+    # every cache a library might write goes into the job's own (writable) directory; the
+    # user's name is the one the job runs as (libraries name per-user directories by it)
+    user = job_user(limits.isolate)
     os.environ.update(
-        HOME=str(workdir), TMPDIR=str(workdir), XDG_CACHE_HOME=str(workdir / ".cache"),
+        USER=user, LOGNAME=user, HOME=str(workdir), TMPDIR=str(workdir),
+        XDG_CACHE_HOME=str(workdir / ".cache"),
         TORCHINDUCTOR_CACHE_DIR=str(workdir / ".cache" / "inductor"),
         TRITON_CACHE_DIR=str(workdir / ".cache" / "triton"),
         NUMBA_CACHE_DIR=str(workdir / ".cache" / "numba"),
@@ -202,12 +207,16 @@ def run_job(
     limits: Limits | None = None,
     stage: Mapping[str, Path] | None = None,
     cancel: threading.Event | None = None,
+    links: Mapping[str, Path] | None = None,
 ) -> JobOutcome:
     """Run ``job(*args)`` in a fresh sandboxed process and return how it ended.
 
     ``job`` must be a module-level function; arguments and result cross a pipe (pickled).
     ``stage`` copies files into the job's working directory (relative name -> source),
     so the job can read them whatever the permissions of their original location.
+    ``links`` does the same for large files the job only reads, as symbolic links (no
+    copy; what they point to lies on the read-only part of the job's file system), or
+    as copies where the job's user could not read them in place.
     Setting ``cancel`` kills the job and ends it as ``cancelled``.
     """
     limits = limits or Limits()
@@ -222,6 +231,13 @@ def run_job(
             target = workdir / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
+        for relative, source in (links or {}).items():
+            target = workdir / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if can_read(source, limits.isolate):
+                target.symlink_to(source.resolve())
+            else:
+                shutil.copy2(source, target)
         return _supervise(job, args, limits, workdir, cancel)
     except OSError as exc:
         raise SandboxError(f"cannot stage files for a job in {workdir}: {exc}") from exc
