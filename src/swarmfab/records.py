@@ -104,6 +104,9 @@ class ShapeTiming:
 
     ``ratio`` is candidate time / incumbent time (below 1 is faster); ``comparison`` is
     "faster", "slower" or "indistinguishable" as the confidence interval supports.
+    ``beside_s`` and ``beside_ratio`` hold baselines timed in the same rounds that the
+    candidate was not judged against (their time per call; candidate time / theirs): a
+    run asks for them where the evaluation may have to stand in for its closing table.
     """
 
     shape: str
@@ -114,6 +117,8 @@ class ShapeTiming:
     comparison: str
     samples: int
     roofline_fraction: float | None = None
+    beside_s: dict[str, Estimate] = field(default_factory=dict)
+    beside_ratio: dict[str, Estimate] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +150,9 @@ class Verdict:
         timings = tuple(
             ShapeTiming(**{**t, "candidate_s": estimate(t["candidate_s"]),
                            "incumbent_s": estimate(t["incumbent_s"]),
-                           "ratio": estimate(t["ratio"])})
+                           "ratio": estimate(t["ratio"]),
+                           **{key: {name: estimate(e) for name, e in t.get(key, {}).items()}
+                              for key in ("beside_s", "beside_ratio")}})
             for t in data.get("timings", ())
         )
         return Verdict(

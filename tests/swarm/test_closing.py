@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 
+from swarmfab.evaluation import Implementation
 from swarmfab.measure import CONFIRMATION
+from swarmfab.records import Estimate, ShapeTiming, Status, Verdict
 from swarmfab.swarm.budget import Budget
-from swarmfab.swarm.closing import closing_reserve, plan_closing
+from swarmfab.swarm.closing import beside, closing_reserve, plan_closing, stand_in, summarise
 from swarmfab.swarm.setup import FINAL_MIN_ROUNDS, Calibration
 
 CALIBRATION = Calibration(
@@ -77,3 +79,44 @@ def test_where_implementations_compile_the_reserve_pays_for_compiling_them() -> 
 def test_short_of_time_the_fastest_of_all_baselines_stays_beside_the_incumbent() -> None:
     plan = plan_closing(COMPILED, {"p": 0.001}, ["torch-eager", "torch-compile"], left_s=30.0)
     assert plan.trimmed and plan.only == {"p": ["torch-compile", "torch-eager"]}
+
+
+def _verdict(incumbent: str, beside_s: dict[str, float]) -> Verdict:
+    """A candidate at 1 ms against ``incumbent`` at 10 ms, others timed beside it."""
+    def flat(value: float) -> Estimate:
+        return Estimate(value, value * 0.9, value * 1.1)
+
+    timing = ShapeTiming(
+        "p", incumbent, flat(0.001), flat(0.010), flat(0.1), "faster", 7, 0.5,
+        beside_s={name: flat(t) for name, t in beside_s.items()},
+        beside_ratio={name: flat(0.001 / t) for name, t in beside_s.items()})
+    return Verdict("c", Status.ACCEPTED, "verified", (), (timing,))
+
+
+def test_a_late_evaluation_times_the_closing_baselines_the_incumbent_is_not() -> None:
+    eager = {"p": Implementation("torch-eager", baseline="torch-eager")}
+    assert beside(COMPILED, eager) == {"p": ["torch-compile"]}
+    champion = {"p": Implementation("champion")}
+    assert beside(COMPILED, champion) == {"p": ["torch-compile", "torch-eager"]}
+
+
+def test_a_champion_timed_beside_the_closing_baselines_has_its_own_closing_figures() -> None:
+    verdict = _verdict("torch-eager", {"torch-compile": 0.002})
+    (table,) = stand_in(verdict, COMPILED, "warm") or []
+    assert set(table.seconds) == {"champion", "torch-eager", "torch-compile"}
+    assert table.ratio_to_reference["torch-eager"].median == 10.0
+    assert math.isclose(table.ratio_to_reference["torch-compile"].median, 2.0)
+    assert table.roofline_fraction("champion") == 0.5
+    (shape,) = summarise(None, [table], None)["shapes"]
+    assert shape["fastest_baseline"] == "torch-compile"
+    assert math.isclose(shape["speedups"]["torch-compile"][0], 2.0)
+
+
+def test_an_evaluation_without_the_fastest_baselines_cannot_stand_in() -> None:
+    assert stand_in(_verdict("torch-eager", {}), COMPILED, "warm") is None
+    # timed against an earlier champion: that is no baseline of the table
+    assert stand_in(_verdict("champion", {"torch-compile": 0.002}), COMPILED, "warm") is None
+    both = _verdict("champion", {"torch-compile": 0.002, "torch-eager": 0.01})
+    (table,) = stand_in(both, COMPILED, "warm") or []
+    assert set(table.seconds) == {"champion", "torch-eager", "torch-compile"}
+    assert stand_in(None, COMPILED, "warm") is None

@@ -21,7 +21,7 @@ from swarmfab.knowledge import Store
 from swarmfab.records import Candidate
 from swarmfab.sandbox import JobStatus, Limits, run_job
 from swarmfab.swarm import Run
-from swarmfab.swarm.executors import Evaluation, LocalExecutor, default_workers
+from swarmfab.swarm.executors import Beside, Evaluation, LocalExecutor, default_workers
 from swarmfab.workloads import Case, get_workload
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -147,12 +147,13 @@ class _Recording(LocalExecutor):
         self._lock = threading.Lock()
 
     def submit(self, candidate: Candidate, incumbents: dict[str, Implementation],
-               extra_cases: Sequence[Case]) -> Future[Evaluation]:
+               extra_cases: Sequence[Case], beside: Beside | None = None
+               ) -> Future[Evaluation]:
         with self._lock:
             self.submitted.append(candidate.id)
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        future = super().submit(candidate, incumbents, extra_cases)
+        future = super().submit(candidate, incumbents, extra_cases, beside)
         future.add_done_callback(lambda _: self._finished())
         return future
 
@@ -191,8 +192,9 @@ class _HeldBack(LocalExecutor):
         self.futures: list[Future[Evaluation]] = []
 
     def submit(self, candidate: Candidate, incumbents: dict[str, Implementation],
-               extra_cases: Sequence[Case]) -> Future[Evaluation]:
-        inner = super().submit(candidate, incumbents, extra_cases)
+               extra_cases: Sequence[Case], beside: Beside | None = None
+               ) -> Future[Evaluation]:
+        inner = super().submit(candidate, incumbents, extra_cases, beside)
         held: Future[Evaluation] = Future()
         self.futures.append(held)
         if len(self.futures) <= 2:

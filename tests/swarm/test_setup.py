@@ -163,10 +163,11 @@ def test_a_run_ends_within_its_budget_counted_from_the_command_start(tmp_path: P
 
 def _search_window(lines: list[str]) -> float:
     """Seconds from the setup's end to the last moment an evaluation may start, from the
-    run's log line "<elapsed>s ... no evaluation starts after <N> s"."""
+    run's first log line "<elapsed>s ... no evaluation starts after <N> s" (a champion
+    may move that moment later: the closing table's time is kept from then on)."""
     found = [match for line in lines
              if (match := re.match(r"\s*([\d.]+)s .*no evaluation starts after (\d+) s", line))]
-    assert len(found) == 1, lines
+    assert found, lines
     return float(found[0][2]) - float(found[0][1])
 
 

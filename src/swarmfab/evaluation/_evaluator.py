@@ -247,11 +247,13 @@ class Evaluator:
 
     def evaluate(
         self, candidate: Candidate, incumbents: dict[str, Implementation],
-        extra_cases: Sequence[Case] = (),
+        extra_cases: Sequence[Case] = (), beside: Mapping[str, Sequence[str]] | None = None,
     ) -> Verdict:
         """Build, verify (corpus plus ``extra_cases``), then time against the incumbents.
 
-        ``incumbents`` maps a target shape's label to what the candidate must beat there.
+        ``incumbents`` maps a target shape's label to what the candidate must beat there;
+        ``beside`` names, per label, baselines timed in the same rounds but not judged
+        against (``ShapeTiming.beside_s``).
         """
         started = time.monotonic()
         try:
@@ -261,7 +263,8 @@ class Evaluator:
         verdict = self._verify_cases(candidate, artifact, started, [*self.cases, *extra_cases])
         if verdict.status is not Status.ACCEPTED:
             return verdict
-        return self._benchmark(candidate, artifact, incumbents, verdict.checks, started)
+        return self._benchmark(candidate, artifact, incumbents, verdict.checks, started,
+                               beside or {})
 
     def rematch(self, candidate: Candidate, incumbents: dict[str, Implementation]) -> Verdict:
         """Time an already verified candidate again, against other incumbents (the
@@ -277,9 +280,15 @@ class Evaluator:
     def _benchmark(
         self, candidate: Candidate, artifact: Artifact, incumbents: dict[str, Implementation],
         verified: tuple[CheckResult, ...], started: float,
+        beside: Mapping[str, Sequence[str]] | None = None,
     ) -> Verdict:
         mine = Implementation("candidate", artifact=artifact)
-        plan = [(case, [incumbents[case.shape.label], mine]) for case in self.targets]
+        beside = beside or {}
+        plan = [(case, [incumbents[case.shape.label],
+                        *[Implementation(name, baseline=name)
+                          for name in beside.get(case.shape.label, ())
+                          if name != incumbents[case.shape.label].name], mine])
+                for case in self.targets]
         limits = self._limits_for([impl for _, impls in plan for impl in impls])
         plan, stage = _staged(plan)
         # the outputs are compared on the job's cores too: it is verification work, and
@@ -486,15 +495,20 @@ class Evaluator:
                                         self.tolerances)
 
     def _timing(self, shape: AnyShape, run: ShapeRun, incumbent: str) -> ShapeTiming:
+        """The candidate against the incumbent; any other implementation timed in the
+        same rounds was timed beside them."""
         mine, theirs = run.seconds["candidate"], run.seconds[incumbent]
         ratio = paired_ratio(mine, theirs)
         candidate_s = median_ci(mine)
         bound = self._bound(shape)
+        others = [name for name in run.seconds if name not in ("candidate", incumbent)]
         return ShapeTiming(
             shape=shape.label, incumbent=incumbent, candidate_s=candidate_s,
             incumbent_s=median_ci(theirs), ratio=ratio,
             comparison=classify(ratio, REGRESSION_EPSILON), samples=len(mine),
             roofline_fraction=None if bound is None else bound / candidate_s.median,
+            beside_s={name: median_ci(run.seconds[name]) for name in others},
+            beside_ratio={name: paired_ratio(mine, run.seconds[name]) for name in others},
         )
 
     def _bound(self, shape: AnyShape) -> float | None:

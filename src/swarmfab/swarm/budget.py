@@ -13,7 +13,8 @@ started                                   search_end  hard_end          end   en
 No new evaluation starts after ``search_end``; evaluations still running at ``hard_end``
 are cancelled (no verdict); the closing side-by-side table is sized to what is left. Where
 the closing table's own need (``reserve_s``, from the baselines' measured times) is larger
-than its share, both move earlier.
+than its share, both move earlier. The run keeps that need only once it has a champion
+to confirm (see :mod:`swarmfab.swarm.closing`), so a champion crowned then moves both.
 The command ends by ``end + grace``, the grace being what a process needs to wind down
 (the larger of 10% of the budget and 15 s), and is stated to the user up front.
 """

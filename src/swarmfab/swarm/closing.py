@@ -10,23 +10,32 @@ each shape times only its fastest baselines (the fastest that may be incumbent, 
 fastest of all where that is a compiling one): the speedup is quoted against them anyway.
 
 :func:`closing_reserve` is what the fewest rounds against the fastest baselines cost: the
-run keeps that much of its budget free of evaluations, so the table fits.
+run keeps that much of its budget free of evaluations once it has a champion, so the
+table fits. Until then it keeps nothing: an evaluation that may end too late for a
+closing table after it times those baselines beside the candidate (:func:`beside`), and
+if it is crowned, its own figures stand in for the table (:func:`stand_in`). On a short
+budget this is the difference between a champion and none: the table's compiles alone
+can take as long as an evaluation.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from swarmfab.evaluation import SideBySide
+from swarmfab.evaluation import Evaluator, Implementation, SideBySide
 from swarmfab.measure import CONFIRMATION, TimingPolicy
-from swarmfab.records import Candidate
+from swarmfab.records import Candidate, Estimate, Verdict
+from swarmfab.swarm.budget import RESERVE_MARGIN, Budget
+from swarmfab.swarm.executors import Beside
 from swarmfab.swarm.setup import FINAL_MIN_ROUNDS, JOB_ESTIMATE_S, Calibration
 
-__all__ = ["ClosingPlan", "closing_reserve", "plan_closing", "summarise"]
+__all__ = ["ClosingPlan", "beside", "closing_reserve", "confirm", "late_beside", "plan_closing",
+           "stand_in", "summarise"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +67,51 @@ def _fastest(calibration: Calibration, label: str) -> list[str]:
     seconds = calibration.seconds[label]
     overall = min(seconds, key=lambda name: seconds[name])
     return sorted({calibration.fastest[label], overall})
+
+
+def beside(calibration: Calibration, incumbents: Mapping[str, Implementation]) -> Beside:
+    """Per shape, the baselines a short closing table keeps that the incumbent is not:
+    what a late evaluation times beside the candidate."""
+    return {label: [name for name in _fastest(calibration, label)
+                    if name != incumbents[label].name] for label in calibration.seconds}
+
+
+def late_beside(calibration: Calibration | None, incumbents: Mapping[str, Implementation],
+                budget: Budget, need_s: float, expected_s: float) -> Beside | None:
+    """What an evaluation starting now, expected to take ``expected_s``, times beside
+    its candidate: :func:`beside` when the budget keeps no time for the closing table
+    (``need_s``) and the evaluation may end too late for one after it; else None."""
+    if budget.reserve_s or calibration is None:
+        return None
+    if time.monotonic() + expected_s + RESERVE_MARGIN * need_s < budget.end:
+        return None
+    return beside(calibration, incumbents)
+
+
+def stand_in(verdict: Verdict | None, calibration: Calibration, cache: str
+             ) -> list[SideBySide] | None:
+    """The closing table as ``verdict``'s own rounds measured it, where they timed every
+    shape's fastest baselines (as incumbent or beside the candidate); else None."""
+    if verdict is None or not verdict.timings:
+        return None
+    tables = []
+    for timing in verdict.timings:
+        seconds: dict[str, Estimate] = {"champion": timing.candidate_s}
+        ratios: dict[str, Estimate] = {"champion": Estimate(1.0, 1.0, 1.0)}
+        if timing.incumbent in calibration.names:
+            seconds[timing.incumbent] = timing.incumbent_s
+            ratios[timing.incumbent] = timing.ratio.inverted()
+        seconds |= timing.beside_s
+        ratios |= {name: ratio.inverted() for name, ratio in timing.beside_ratio.items()}
+        if timing.shape not in calibration.seconds or not set(
+                _fastest(calibration, timing.shape)) <= seconds.keys():
+            return None
+        fraction = timing.roofline_fraction
+        tables.append(SideBySide(
+            shape=timing.shape, reference="champion", seconds=seconds,
+            ratio_to_reference=ratios, samples=timing.samples, cache=cache,
+            bound_s=None if fraction is None else fraction * timing.candidate_s.median))
+    return tables
 
 
 def _compiling(calibration: Calibration, label: str, names: list[str]) -> float:
@@ -97,6 +151,32 @@ def plan_closing(calibration: Calibration, champion_s: dict[str, float],
             warmup_calls=0 if fits < CONFIRMATION.min_rounds else CONFIRMATION.warmup_calls)
     timed = [name for name in baselines if any(name in names for names in only.values())]
     return ClosingPlan(timed, only, policies, trimmed)
+
+
+def confirm(evaluator: Evaluator, calibration: Calibration, champion: Candidate,
+            verdict: Verdict | None, baselines: list[str], left_s: float, need_s: float,
+            log: Callable[[str], None]) -> list[SideBySide]:
+    """The closing table: the champion and the baselines side by side on every shape,
+    sized to the ``left_s`` seconds left; where that is short of its need (``need_s``,
+    :func:`closing_reserve`), the champion's own evaluation's figures if they can stand
+    in for it."""
+    own = stand_in(verdict, calibration, evaluator.policy.cache)
+    if own is not None and left_s < need_s:
+        timed = sorted({name for table in own for name in table.seconds if name != "champion"})
+        log(f"{max(0.0, left_s):.0f} s of the budget remain, short of a closing table: the "
+            f"figures are from the champion's evaluation, which timed {', '.join(timed)} "
+            "in its rounds")
+        return own
+    champion_s = {t.shape: t.candidate_s.median for t in (verdict.timings if verdict else ())}
+    plan = plan_closing(calibration, champion_s, baselines, 0.8 * left_s)
+    if plan.trimmed:
+        log(f"{max(0.0, left_s):.0f} s of the budget remain: each shape times the champion "
+            "beside its fastest baselines only")
+    log(f"search over: timing the champion and {', '.join(plan.baselines)} side by side")
+    return evaluator.side_by_side(
+        [Implementation("champion", artifact=evaluator.build(champion)),
+         *[Implementation(name, baseline=name) for name in plan.baselines]],
+        CONFIRMATION, policies=plan.policies, only=plan.only)
 
 
 def _round_s(calls: list[float]) -> float:

@@ -1,7 +1,8 @@
 """Executors: where evaluations run while the run loop goes on proposing and judging.
 
-An executor takes a candidate (with the incumbents it must beat and the fresh fuzz cases
-drawn for it) and returns a future :class:`Evaluation`. The run loop keeps up to
+An executor takes a candidate (with the incumbents it must beat, the fresh fuzz cases
+drawn for it and any baselines to time beside it) and returns a future
+:class:`Evaluation`. The run loop keeps up to
 ``capacity`` evaluations in flight and handles each result, in its own thread, as it
 completes: recording, the corpus and the gate stay single-threaded.
 
@@ -25,7 +26,12 @@ from swarmfab.evaluation import Evaluator, Implementation
 from swarmfab.records import Candidate, Verdict
 from swarmfab.workloads import Case
 
-__all__ = ["Evaluation", "Executor", "ExecutorFactory", "LocalExecutor", "default_workers"]
+__all__ = ["Beside", "Evaluation", "Executor", "ExecutorFactory", "LocalExecutor",
+           "default_workers"]
+
+# per target shape's label, baselines timed in the candidate's rounds but not judged
+# against (see ``Evaluator.evaluate``)
+Beside = dict[str, list[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +53,8 @@ class Executor(Protocol):
     on_this_host: bool
 
     def submit(self, candidate: Candidate, incumbents: dict[str, Implementation],
-               extra_cases: Sequence[Case]) -> Future[Evaluation]:
+               extra_cases: Sequence[Case], beside: Beside | None = None
+               ) -> Future[Evaluation]:
         """Start evaluating ``candidate``; the future raises ``Cancelled`` if the run stops
         first, and a ``SwarmfabError`` if the platform (not the candidate) failed."""
         ...
@@ -92,12 +99,14 @@ class LocalExecutor:
             torch.set_num_threads(1)
 
     def submit(self, candidate: Candidate, incumbents: dict[str, Implementation],
-               extra_cases: Sequence[Case]) -> Future[Evaluation]:
-        return self._pool.submit(self._evaluate, candidate, dict(incumbents), tuple(extra_cases))
+               extra_cases: Sequence[Case], beside: Beside | None = None
+               ) -> Future[Evaluation]:
+        return self._pool.submit(self._evaluate, candidate, dict(incumbents), tuple(extra_cases),
+                                 beside)
 
     def _evaluate(self, candidate: Candidate, incumbents: dict[str, Implementation],
-                  extra_cases: tuple[Case, ...]) -> Evaluation:
-        verdict = self.evaluator.evaluate(candidate, incumbents, extra_cases)
+                  extra_cases: tuple[Case, ...], beside: Beside | None) -> Evaluation:
+        verdict = self.evaluator.evaluate(candidate, incumbents, extra_cases, beside)
         failed = verdict.failed_check
         found = self.evaluator.case_of(failed, extra_cases) if failed is not None else None
         return Evaluation(candidate, verdict, found)

@@ -28,7 +28,7 @@ from swarmfab.errors import ClusterError
 from swarmfab.evaluation import Cancelled, Evaluator, Implementation
 from swarmfab.evaluation._evaluator import EvaluatorRecipe
 from swarmfab.records import Candidate
-from swarmfab.swarm.executors import Evaluation, default_workers
+from swarmfab.swarm.executors import Beside, Evaluation, default_workers
 from swarmfab.workloads import Case
 
 __all__ = ["RayExecutor"]
@@ -52,10 +52,11 @@ class _EvaluatorActor:
                 "cores": list(self.evaluator.cores.cores)}
 
     def evaluate(self, candidate: Candidate, incumbents: dict[str, Implementation],
-                 corpus: list[Case], extra_cases: tuple[Case, ...]) -> Evaluation:
+                 corpus: list[Case], extra_cases: tuple[Case, ...],
+                 beside: Beside | None = None) -> Evaluation:
         self.evaluator.cases = list(corpus)
         here = {shape: self._here(impl) for shape, impl in incumbents.items()}
-        verdict = self.evaluator.evaluate(candidate, here, extra_cases)
+        verdict = self.evaluator.evaluate(candidate, here, extra_cases, beside)
         failed = verdict.failed_check
         found = self.evaluator.case_of(failed, extra_cases) if failed is not None else None
         return Evaluation(candidate, verdict, found)
@@ -115,21 +116,25 @@ class RayExecutor:
             raise ClusterError(f"an evaluator failed to start on the cluster: {exc}") from exc
 
     def submit(self, candidate: Candidate, incumbents: dict[str, Implementation],
-               extra_cases: Sequence[Case]) -> Future[Evaluation]:
+               extra_cases: Sequence[Case], beside: Beside | None = None
+               ) -> Future[Evaluation]:
         corpus = list(self.evaluator.cases)
         portable = {shape: dataclasses.replace(impl, artifact=None) if impl.source else impl
                     for shape, impl in incumbents.items()}
-        return self._pool.submit(self._evaluate, candidate, portable, corpus, tuple(extra_cases))
+        return self._pool.submit(self._evaluate, candidate, portable, corpus, tuple(extra_cases),
+                                 beside)
 
     def _evaluate(self, candidate: Candidate, incumbents: dict[str, Implementation],
-                  corpus: list[Case], extra_cases: tuple[Case, ...]) -> Evaluation:
+                  corpus: list[Case], extra_cases: tuple[Case, ...],
+                  beside: Beside | None) -> Evaluation:
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
         while True:
             actor = self._take_actor()
             try:
                 evaluation: Evaluation = self._get(
-                    actor.evaluate.remote(candidate, incumbents, corpus, extra_cases), actor)
+                    actor.evaluate.remote(candidate, incumbents, corpus, extra_cases, beside),
+                    actor)
             except (RayActorError, ActorDiedError, ActorUnavailableError):
                 self._lost(actor)
                 continue  # re-queued on a surviving actor

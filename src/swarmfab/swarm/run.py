@@ -30,12 +30,11 @@ from swarmfab.evaluation import Cancelled, Evaluator, Implementation, SideBySide
 from swarmfab.goal import Goal
 from swarmfab.kernels import DesignSpace
 from swarmfab.knowledge import Store
-from swarmfab.measure import CONFIRMATION
 from swarmfab.records import Candidate, Lesson, Status, Verdict
 from swarmfab.swarm.archive import Archive, knob_descriptor
 from swarmfab.swarm.blackboard import Blackboard
 from swarmfab.swarm.budget import Budget
-from swarmfab.swarm.closing import closing_reserve, plan_closing, summarise
+from swarmfab.swarm.closing import closing_reserve, confirm, late_beside, summarise
 from swarmfab.swarm.executors import Evaluation, Executor, ExecutorFactory, LocalExecutor
 from swarmfab.swarm.gate import GateDecision, judge
 from swarmfab.swarm.hosts import host_record
@@ -111,6 +110,7 @@ class Run:
         # instant the CLI takes first thing), setup included
         self.budget = Budget(time.monotonic() if started is None else started, goal.budget_s)
         self.calibration: Calibration | None = None
+        self.closing_s = 0.0  # what the closing table's fewest rounds take (estimated)
         self.tracker = StatusTracker(goal.budget_s, self.budget.started)
         self.supervisor = Supervisor()
         self.blackboard = Blackboard()
@@ -153,7 +153,7 @@ class Run:
             baselines = self._prepare(setup)
             self._phase("searching")
             searched, idle = time.monotonic(), self.evaluator.cores.idle_seconds()
-            self._search_with_executor(run_id, self.budget.search_end, self.budget.hard_end)
+            self._search_with_executor(run_id)
             self.search_s = time.monotonic() - searched
             if self.executor is not None and self.executor.on_this_host:
                 self.overhead = _share(self.evaluator.cores.idle_seconds() - idle,
@@ -161,9 +161,12 @@ class Run:
             if self.evaluations and self.overhead is not None:
                 self.log(f"platform overhead: {self.overhead:.1%} of the search's wall time "
                          "(no core building, verifying or timing)")
-            if self.champion is not None:
+            if self.champion is not None and self.calibration is not None:
                 champion_dir = self._write_champion(run_id)
-                final = self._closing_table(baselines)
+                self._phase("confirming the champion side by side")
+                final = confirm(self.evaluator, self.calibration, self.champion,
+                                self.champion_verdict, baselines, self.budget.left(),
+                                self.closing_s, self.log)
                 setup.remember(final)
             status = "finished"
         except KeyboardInterrupt:
@@ -195,7 +198,7 @@ class Run:
     def _open(self, resume: str | None) -> str:
         if resume is None:
             run_id = self.store.start_run(self.goal.workload, self.goal.model_dump(mode="json"),
-                                          self._host())
+                                          host_record(self.goal.threads, self.space.backend))
             self.log(f"run {run_id}: {self.goal.workload}, {len(self.evaluator.targets)} target "
                      f"shape(s), {self.budget.describe()}, {len(self.agents)} agent(s)")
             return run_id
@@ -216,27 +219,40 @@ class Run:
         """References, host peaks and the baselines (see :mod:`swarmfab.swarm.setup`);
         the fastest baseline on each shape is the first incumbent."""
         calibration = self.calibration = setup.run()
-        reserve = closing_reserve(calibration, calibration.inputs_s)
-        self.budget = replace(self.budget, reserve_s=reserve)
-        self.log(f"{reserve:.0f} s kept for the closing table; no evaluation starts after "
-                 f"{self.budget.search_end - self.budget.started:.0f} s")
+        self.closing_s = closing_reserve(calibration, calibration.inputs_s)
         for label, name in calibration.fastest.items():
             self.incumbents[label] = Implementation(name, baseline=name)
         self.baseline_incumbents = dict(self.incumbents)
         if self.champion is not None:  # a resumed run's champion is the incumbent again
             self._make_incumbent(self.champion)
+        self._keep_reserve(first=True)
         left = self.budget.search_end - time.monotonic()
         if left <= 0:
             self.log(f"the setup took {self.budget.elapsed():.0f} s, past the search's share "
                      "of the budget: nothing will be evaluated; give a larger budget")
         return list(calibration.names)
 
-    def _search_with_executor(self, run_id: str, deadline: float, hard_deadline: float) -> None:
+    def _keep_reserve(self, first: bool = False) -> None:
+        """Keep the closing table's time free of evaluations once there is a champion to
+        confirm; until then, late evaluations time the baselines themselves (see
+        :mod:`swarmfab.swarm.closing`)."""
+        needed = self.champion is not None
+        reserve = self.closing_s if needed else 0.0
+        if reserve == self.budget.reserve_s and not first:
+            return
+        self.budget = replace(self.budget, reserve_s=reserve)
+        kept = (f"{reserve:.0f} s kept for the closing table" if needed else
+                f"the closing table needs about {self.closing_s:.0f} s: an evaluation that "
+                "may end later times its fastest baselines beside the candidate")
+        self.log(f"{kept}; no evaluation starts after "
+                 f"{self.budget.search_end - self.budget.started:.0f} s")
+
+    def _search_with_executor(self, run_id: str) -> None:
         executor = self.executor = self.executor_factory(self.evaluator, self.goal.workers)
         self.workers = executor.capacity
         self.log(executor.describe())
         try:
-            self._search(run_id, executor, deadline, hard_deadline)
+            self._search(run_id, executor)
         except BaseException:
             executor.cancel()  # Ctrl-C or a platform error: stop the jobs in flight
             raise
@@ -244,11 +260,12 @@ class Run:
             executor.close()
             self.evaluator.resume()  # cancelled jobs stay cancelled; the closing benchmark runs
 
-    def _search(self, run_id: str, executor: Executor, deadline: float,
-                hard_deadline: float) -> None:
+    def _search(self, run_id: str, executor: Executor) -> None:
+        """Until the budget's search end (read afresh: a champion may move it)."""
         in_flight: dict[Future[Evaluation], _Submission] = {}
         exhausted = False
         while True:
+            deadline, hard_deadline = self.budget.search_end, self.budget.hard_end
             if not exhausted:
                 exhausted = self._fill(executor, in_flight, deadline)
             if not in_flight:
@@ -285,7 +302,12 @@ class Run:
                 self._intervene(self.supervisor.refused(agent.id, candidate.id))
                 continue  # judged or in flight already
             fuzz = draw_cases(self.evaluator.workload, self.rng, FUZZ_PER_EVALUATION)
-            future = executor.submit(candidate, self.incumbents, fuzz)
+            # while no time is kept for a closing table, a late evaluation times its
+            # baselines (judged by the longest evaluation so far)
+            expected = max((v.elapsed_s for v in self.recent), default=self.closing_s)
+            late = late_beside(self.calibration, self.incumbents, self.budget, self.closing_s,
+                               expected)
+            future = executor.submit(candidate, self.incumbents, fuzz, late)
             in_flight[future] = _Submission(agent, candidate,
                                             self.champion.id if self.champion else None,
                                             self.champion_gain, len(self.evaluator.cases))
@@ -451,12 +473,14 @@ class Run:
             self.incumbents = dict(self.baseline_incumbents)
             self.tracker.demoted()
             self.champion_gain = 1.0
+            self._keep_reserve()
 
     def _crown(self, run_id: str, candidate: Candidate) -> None:
         replaced = self.champion
         self.champion, self.champion_verdict = candidate, self.recent[-1]
         self.store.set_champion(run_id, candidate.id)
         self._make_incumbent(candidate)
+        self._keep_reserve()
         self.blackboard.publish("champion-changed", f"{candidate.id} by {candidate.agent}: "
                                 f"{candidate.rationale}")
         if self.reviewer is not None and self.reviewer.wants(candidate):
@@ -471,24 +495,6 @@ class Run:
         for shape in self.incumbents:
             self.incumbents[shape] = Implementation("champion", artifact=artifact, source=candidate)
 
-    def _closing_table(self, baselines: list[str]) -> list[SideBySide]:
-        """The champion and the baselines side by side on every shape, sized to end with
-        the budget (:mod:`swarmfab.swarm.closing`)."""
-        assert self.calibration is not None and self.champion is not None
-        self._phase("confirming the champion side by side")
-        champion = {t.shape: t.candidate_s.median for t in (
-            self.champion_verdict.timings if self.champion_verdict else ())}
-        plan = plan_closing(self.calibration, champion, baselines, 0.8 * self.budget.left())
-        if plan.trimmed:
-            self.log(f"{max(0.0, self.budget.left()):.0f} s of the budget remain: each shape "
-                     "times the champion beside its fastest baselines only")
-        self.log(f"search over: timing the champion and {', '.join(plan.baselines)} "
-                 "side by side")
-        return self.evaluator.side_by_side(
-            [Implementation("champion", artifact=self.evaluator.build(self.champion)),
-             *[Implementation(name, baseline=name) for name in plan.baselines]],
-            CONFIRMATION, policies=plan.policies, only=plan.only)
-
     def _out_of_evaluations(self, evaluations: int) -> bool:
         limit = self.goal.max_evaluations
         return limit is not None and evaluations >= limit
@@ -500,9 +506,6 @@ class Run:
         for rel, text in self.champion.sources.items():
             (directory / rel).write_text(text)
         return directory
-
-    def _host(self) -> dict[str, Any]:
-        return host_record(self.goal.threads, self.space.backend)
 
 
 def _share(part_s: float, whole_s: float) -> float | None:
