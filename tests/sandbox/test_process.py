@@ -144,17 +144,22 @@ def test_credentials_in_the_initial_environment_do_not_reach_jobs(tmp_path: Path
 
 
 def test_the_preloaded_compiler_is_sized_for_the_job_not_the_forkserver() -> None:
-    """torch's compiler is imported before the job is pinned; its pool of compile workers
-    and its debug directory must still follow the job's cores and working directory."""
+    """torch's compiler is imported before the job is pinned; its pool of compile workers,
+    its debug directory and Inductor's precompiled headers must still follow the job's
+    cores, working directory and user (elsewhere the job may not write)."""
     probe = ("(__import__('torch._inductor.config', fromlist=['_']).compile_threads, "
              "__import__('torch._dynamo.config', fromlist=['_']).debug_dir_root, "
+             "__import__('torch._inductor.codecache', fromlist=['_'])._HEADER_LOCK_DIR, "
              "__import__('os').getcwd())")
     core = min(os.sched_getaffinity(0))
     outcome = run_job(eval, probe, limits=Limits(cores=(core,)))
     assert outcome.status is JobStatus.OK, outcome.detail
-    threads, debug_dir, workdir = outcome.value
+    threads, debug_dir, header_locks, workdir = outcome.value
     assert threads == 1
     assert Path(debug_dir).parent == Path(workdir)
+    user = job_user(isolate=True)
+    assert Path(header_locks) == (Path(workdir) / f"torchinductor_{user}" / "precompiled_headers"
+                                  / "locks")
 
 
 def test_a_job_is_told_the_user_it_runs_as() -> None:
