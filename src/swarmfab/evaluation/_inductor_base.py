@@ -20,6 +20,7 @@ baseline) would load.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import re
@@ -67,9 +68,12 @@ for cpp_wrapper in (False, True):
 def base_cache(cache_dir: Path, cores: tuple[int, ...] = ()) -> Path | None:
     """The warm base cache (made on first use, ~20-40 s, on ``cores`` where given):
     in the user's cache, so every working directory on this host shares one, else under
-    ``cache_dir``; None where it cannot be made (jobs then start cold)."""
+    ``cache_dir``; None where it cannot be made (jobs then start cold). One per torch
+    installation: the precompiled headers are only valid for the include paths they were
+    built with (two environments with the same torch version would not share them)."""
     machine = re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{platform.machine()}-{_cpu_model()}")
-    name = f"torch-{torch.__version__}-{machine}-{_LAYOUT}"
+    where = hashlib.sha256(str(Path(torch.__file__).resolve().parent).encode()).hexdigest()
+    name = f"torch-{torch.__version__}-{machine}-{where[:10]}-{_LAYOUT}"
     places = [user_cache("inductor-base") / name,
               cache_dir.resolve() / "inductor-base" / name]
     with _lock:
