@@ -264,7 +264,7 @@ class Evaluator:
         if verdict.status is not Status.ACCEPTED:
             return verdict
         return self._benchmark(candidate, artifact, incumbents, verdict.checks, started,
-                               beside or {})
+                               beside)
 
     def rematch(self, candidate: Candidate, incumbents: dict[str, Implementation]) -> Verdict:
         """Time an already verified candidate again, against other incumbents (the

@@ -147,14 +147,19 @@ def confine_filesystem(workdir: Path) -> bool:
     )
 
 
+def _runs_unprivileged(isolate: bool) -> bool:
+    """Whether a job (isolated or not) drops to :data:`UNPRIVILEGED`."""
+    return isolate and can_drop_privileges()
+
+
 def can_read(path: Path, isolate: bool) -> bool:
     """Whether a job (isolated or not) may read ``path`` where it lies."""
-    return not (isolate and can_drop_privileges()) or _world_reachable(path)
+    return not _runs_unprivileged(isolate) or _world_reachable(path)
 
 
 def job_user(isolate: bool) -> str:
     """The name of the user a job runs as."""
-    if isolate and can_drop_privileges():
+    if _runs_unprivileged(isolate):
         return UNPRIVILEGED
     try:
         return pwd.getpwuid(os.geteuid()).pw_name

@@ -160,8 +160,8 @@ def confirm(evaluator: Evaluator, calibration: Calibration, champion: Candidate,
     sized to the ``left_s`` seconds left; where that is short of its need (``need_s``,
     :func:`closing_reserve`), the champion's own evaluation's figures if they can stand
     in for it."""
-    own = stand_in(verdict, calibration, evaluator.policy.cache)
-    if own is not None and left_s < need_s:
+    own = stand_in(verdict, calibration, evaluator.policy.cache) if left_s < need_s else None
+    if own is not None:
         timed = sorted({name for table in own for name in table.seconds if name != "champion"})
         log(f"{max(0.0, left_s):.0f} s of the budget remain, short of a closing table: the "
             f"figures are from the champion's evaluation, which timed {', '.join(timed)} "
