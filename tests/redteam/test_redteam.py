@@ -267,6 +267,16 @@ def test_a_candidate_cannot_write_outside_its_job_directory(workdir: Path) -> No
     assert not marker.exists(), f"the candidate wrote outside its job: {marker.read_text()}"
 
 
+def test_a_candidate_cannot_run_code_in_the_parent_through_its_answer(workdir: Path) -> None:
+    """The job's answer is read with a closed vocabulary: a pickle of its own, written to
+    the job's pipe, is refused unexecuted."""
+    marker = workdir / "answered.txt"
+    code, verdict = verify(CANDIDATES / "py_answers_for_the_worker.py", workdir,
+                           env={"SWARMFAB_REDTEAM_MARKER": str(marker)})
+    assert not marker.exists(), f"the parent ran the candidate's code: {marker.read_text()}"
+    assert_rejected(code, verdict, ("its answer was refused", "builtins.exec"))
+
+
 # -- timing: `swarmfab bench` --------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import hostile_jobs
 import pytest
 
 from swarmfab.sandbox import JobStatus, Limits, job_user, run_job, scrubbed_environment
@@ -73,6 +74,21 @@ def test_exit_without_answer_ends_as_crashed() -> None:
     outcome = run_job(os._exit, 3)
     assert outcome.status is JobStatus.CRASHED
     assert "status 3" in outcome.detail
+
+
+def test_an_answer_is_read_without_running_what_it_names(tmp_path: Path) -> None:
+    """A job that writes its own pickle as the answer gets it refused, unexecuted."""
+    marker = tmp_path / "ran-in-parent.txt"
+    outcome = run_job(hostile_jobs.answer_with_a_payload, str(marker))
+    assert outcome.status is JobStatus.ERROR
+    assert "its answer was refused" in outcome.detail and "builtins.exec" in outcome.detail
+    assert not marker.exists()
+
+
+def test_an_answer_of_the_wrong_kind_is_refused() -> None:
+    assert run_job(hostile_jobs.Unsendable).status is JobStatus.ERROR
+    outcome = run_job(divmod, 17, 5, expect=lambda value: isinstance(value, list))
+    assert outcome.status is JobStatus.ERROR and "not what the job returns" in outcome.detail
 
 
 def test_a_raised_exception_ends_as_error_with_its_message() -> None:

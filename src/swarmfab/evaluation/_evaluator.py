@@ -34,7 +34,9 @@ from swarmfab.evaluation._worker import (
     Implementation,
     ShapeRun,
     benchmark_shapes,
+    case_runs,
     run_cases,
+    shape_runs,
 )
 from swarmfab.measure import (
     CONFIRMATION,
@@ -54,6 +56,11 @@ __all__ = ["Cancelled", "Evaluator", "EvaluatorRecipe", "SideBySide"]
 
 REGRESSION_EPSILON = 0.02
 SIDE_BY_SIDE_WALL_S = 600.0  # per shape; only trusted or verified implementations
+# what each job's answer may hold beside builtins and tensors, and its well-formedness
+_ANSWERS: dict[Callable[..., Any], tuple[tuple[type, ...], Callable[[Any], bool]]] = {
+    run_cases: ((CaseRun,), case_runs),
+    benchmark_shapes: ((ShapeRun,), shape_runs),
+}
 
 
 class Cancelled(Exception):
@@ -229,8 +236,10 @@ class Evaluator:
             base = base_cache(self.cache_dir, cores)
             stage = {**staged_base(base), **stage}
             links = linked_headers(base, job_user(limits.isolate))
+        records, expect = _ANSWERS[job]
         outcome = run_job(job, *args, limits=dataclasses.replace(limits, cores=cores),
-                          stage=stage, cancel=self._cancel, links=links)
+                          stage=stage, cancel=self._cancel, links=links, records=records,
+                          expect=expect)
         if outcome.status is JobStatus.CANCELLED:
             raise Cancelled("the run is stopping")
         return outcome

@@ -22,7 +22,8 @@ from swarmfab.records import Candidate
 from swarmfab.verify import gpu_probes, probes
 from swarmfab.workloads import Case, Forward, Inputs, Outputs, Workload, get_workload
 
-__all__ = ["CaseRun", "Implementation", "ShapeRun", "benchmark_shapes", "run_cases"]
+__all__ = ["CaseRun", "Implementation", "ShapeRun", "benchmark_shapes", "case_runs",
+           "run_cases", "shape_runs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,40 @@ class ShapeRun:
     outputs: dict[str, torch.Tensor] | None = None
     timed_outputs: dict[str, torch.Tensor] | None = None
     error: str | None = None
+
+
+# What the parent accepts back from these jobs (their answers are the candidate's word):
+# the records, and a check that their fields hold the right kinds of values.
+
+def _tensors(value: object) -> bool:
+    return value is None or (isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()))
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def case_runs(value: object) -> bool:
+    """``value`` is what :func:`run_cases` returns."""
+    return isinstance(value, list) and all(
+        isinstance(run, CaseRun) and isinstance(run.case, str) and _strings(run.findings)
+        and all(_tensors(o) for o in (run.outputs, run.twin_outputs, run.lean_outputs,
+                                      run.nudged_outputs))
+        and (run.error is None or isinstance(run.error, str)) for run in value)
+
+
+def shape_runs(value: object) -> bool:
+    """``value`` is what :func:`benchmark_shapes` returns."""
+    return isinstance(value, list) and all(
+        isinstance(run, ShapeRun) and isinstance(run.shape, str)
+        and isinstance(run.seconds, dict) and all(
+            isinstance(k, str) and isinstance(s, list)
+            and all(isinstance(x, float) and x == x for x in s)
+            for k, s in run.seconds.items())
+        and _tensors(run.outputs) and _tensors(run.timed_outputs)
+        and (run.error is None or isinstance(run.error, str)) for run in value)
 
 
 def _call(workload: Workload, forward: Forward, inputs: Inputs) -> Outputs:

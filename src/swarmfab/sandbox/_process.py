@@ -28,7 +28,6 @@ import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
 import os
-import pickle
 import re
 import resource
 import shutil
@@ -44,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmfab.errors import SandboxError
+from swarmfab.sandbox import _wire
 from swarmfab.sandbox._isolation import (
     can_read,
     confine_filesystem,
@@ -204,10 +204,16 @@ def _child(
 def _answer(conn: multiprocessing.connection.Connection, message: tuple[JobStatus, Any]) -> None:
     """Send the outcome and exit at once: no interpreter teardown, so nothing the
     candidate registered runs; a parent that is gone is no reason for a traceback."""
+    status, value = message
     with contextlib.suppress(BaseException):
-        # plain pickle, not multiprocessing's: torch's reducers would share tensors
-        # through file descriptors that vanish when this process exits
-        conn.send_bytes(pickle.dumps(message))
+        # the wire's pickling, not multiprocessing's: torch's reducers would share
+        # tensors through file descriptors that vanish when this process exits, and the
+        # parent reads answers with the wire's closed vocabulary only
+        try:
+            data = _wire.dumps((status.value, value))
+        except Exception as exc:  # e.g. the job returned something that cannot cross
+            data = _wire.dumps((JobStatus.ERROR.value, f"its answer cannot be sent: {exc!r}"))
+        conn.send_bytes(data)
         conn.close()
     os._exit(0)
 
@@ -219,10 +225,16 @@ def run_job(
     stage: Mapping[str, Path] | None = None,
     cancel: threading.Event | None = None,
     links: Mapping[str, Path] | None = None,
+    records: tuple[type, ...] = (),
+    expect: Callable[[Any], bool] | None = None,
 ) -> JobOutcome:
     """Run ``job(*args)`` in a fresh sandboxed process and return how it ended.
 
-    ``job`` must be a module-level function; arguments and result cross a pipe (pickled).
+    ``job`` must be a module-level function; its arguments cross a pipe pickled, and its
+    result comes back read with :mod:`~swarmfab.sandbox._wire`'s closed vocabulary:
+    builtin containers, tensors, and the dataclasses named in ``records``. A result that
+    holds anything else, or that ``expect`` (given the value) finds malformed, ends the
+    job as an error: the job ran candidate code, so its answer is not trusted.
     ``stage`` copies files into the job's working directory (relative name -> source),
     so the job can read them whatever the permissions of their original location.
     ``links`` does the same for large files the job only reads, as symbolic links (no
@@ -249,7 +261,7 @@ def run_job(
                 target.symlink_to(source.resolve())
             else:
                 shutil.copy2(source, target)
-        return _supervise(job, args, limits, workdir, cancel)
+        return _supervise(job, args, limits, workdir, cancel, records, expect)
     except OSError as exc:
         raise SandboxError(f"cannot stage files for a job in {workdir}: {exc}") from exc
     finally:
@@ -281,7 +293,8 @@ def _alive(pid: int) -> bool:
 
 def _supervise(
     job: Callable[..., Any], args: tuple[Any, ...], limits: Limits, workdir: Path,
-    cancel: threading.Event | None,
+    cancel: threading.Event | None, records: tuple[type, ...],
+    expect: Callable[[Any], bool] | None,
 ) -> JobOutcome:
     context = _context()
     receiver, sender = context.Pipe(duplex=False)
@@ -293,14 +306,22 @@ def _supervise(
     try:
         if _answered(receiver, limits.wall_s, cancel):
             try:
-                status, value = pickle.loads(receiver.recv_bytes())
-            except (EOFError, OSError, pickle.UnpicklingError):
+                data = receiver.recv_bytes(_MAX_ANSWER_BYTES)
+            except (EOFError, OSError):
                 process.join(5)
                 return _died(process, workdir)
             process.join(10)
-            if status is JobStatus.OK:
-                return JobOutcome(JobStatus.OK, value)
-            return JobOutcome(JobStatus.ERROR, detail=str(value), output_tail=_tail(workdir))
+            try:
+                status, value = _read_answer(data, records)
+            except _wire.AnswerError as exc:
+                return JobOutcome(JobStatus.ERROR, detail=f"its answer was refused: {exc}",
+                                  output_tail=_tail(workdir))
+            if status is not JobStatus.OK:
+                return JobOutcome(JobStatus.ERROR, detail=str(value), output_tail=_tail(workdir))
+            if expect is not None and not expect(value):
+                return JobOutcome(JobStatus.ERROR, detail="its answer was refused: it is not "
+                                  "what the job returns", output_tail=_tail(workdir))
+            return JobOutcome(JobStatus.OK, value)
         if cancel is not None and cancel.is_set():
             return JobOutcome(JobStatus.CANCELLED, detail="cancelled by the parent")
         if _exited(process):
@@ -310,6 +331,18 @@ def _supervise(
     finally:
         _kill_group(process)
         receiver.close()
+
+
+# an answer longer than this is refused unread (the parent would hold it whole)
+_MAX_ANSWER_BYTES = 4 * 2**30
+
+
+def _read_answer(data: bytes, records: tuple[type, ...]) -> tuple[JobStatus, Any]:
+    message = _wire.loads(data, records)
+    if not (isinstance(message, tuple) and len(message) == 2
+            and message[0] in {s.value for s in JobStatus}):
+        raise _wire.AnswerError("it is not a (status, value) pair")
+    return JobStatus(message[0]), message[1]
 
 
 def _answered(receiver: multiprocessing.connection.Connection, wall_s: float,

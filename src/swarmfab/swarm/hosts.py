@@ -46,7 +46,8 @@ def host_peaks(
         return stored
     with tempfile.TemporaryDirectory(prefix="swarmfab-peaks-") as scratch:
         library = build_fma_library(Path(scratch)) if device == "cpu" else None
-        outcome = run_job(measure_peaks, threads, device, library, limits=limits)
+        outcome = run_job(measure_peaks, threads, device, library, limits=limits,
+                          records=(HostPeaks,), expect=lambda value: isinstance(value, HostPeaks))
     if outcome.status is not JobStatus.OK:
         raise MeasurementError(f"measuring this host's peaks failed: {outcome.detail}")
     measured: HostPeaks = outcome.value
