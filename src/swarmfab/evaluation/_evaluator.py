@@ -21,6 +21,7 @@ import torch
 
 from swarmfab.backends import Artifact, get_backend
 from swarmfab.errors import BuildError, MeasurementError, SandboxError
+from swarmfab.evaluation import _conductor as conductor
 from swarmfab.evaluation._cores import CoreBroker, pinned_thread
 from swarmfab.evaluation._inductor_base import base_cache, linked_headers, staged_base
 from swarmfab.evaluation._outcomes import (
@@ -33,10 +34,9 @@ from swarmfab.evaluation._worker import (
     CaseRun,
     Implementation,
     ShapeRun,
-    benchmark_shapes,
     case_runs,
     run_cases,
-    shape_runs,
+    serve_implementation,
 )
 from swarmfab.measure import (
     CONFIRMATION,
@@ -48,7 +48,16 @@ from swarmfab.measure import (
 )
 from swarmfab.measure.roofline import IMPOSSIBLE_FRACTION, HostPeaks
 from swarmfab.records import Candidate, CheckResult, Estimate, ShapeTiming, Status, Verdict
-from swarmfab.sandbox import JobOutcome, JobStatus, Limits, job_user, run_job
+from swarmfab.sandbox import (
+    JobOutcome,
+    JobStatus,
+    Limits,
+    Session,
+    SessionEnded,
+    job_user,
+    run_job,
+    start_session,
+)
 from swarmfab.verify import compare_outputs, probes
 from swarmfab.workloads import AnyShape, Case, Inputs, Outputs, Tolerances, Workload
 
@@ -59,7 +68,6 @@ SIDE_BY_SIDE_WALL_S = 600.0  # per shape; only trusted or verified implementatio
 # what each job's answer may hold beside builtins and tensors, and its well-formedness
 _ANSWERS: dict[Callable[..., Any], tuple[tuple[type, ...], Callable[[Any], bool]]] = {
     run_cases: ((CaseRun,), case_runs),
-    benchmark_shapes: ((ShapeRun,), shape_runs),
 }
 
 
@@ -244,6 +252,40 @@ class Evaluator:
             raise Cancelled("the run is stopping")
         return outcome
 
+    def _conduct(
+        self, plan: list[tuple[Case, list[Implementation]]], policy: TimingPolicy,
+        checked: str | None, cores: tuple[int, ...], wall_s: float = 0.0,
+    ) -> JobOutcome:
+        """Time ``plan`` side by side (:mod:`._conductor`), every implementation in a
+        session of its own on ``cores``, at least ``wall_s`` allowed to each; how it
+        ended, as a job's outcome."""
+        if self._cancel.is_set():
+            raise Cancelled("the run is stopping")
+        plan, stage = _staged(plan)
+
+        def start(implementation: Implementation, cases: list[Case]) -> Session:
+            limits = self._limits_for([implementation])
+            limits = dataclasses.replace(limits, cores=cores,
+                                         wall_s=max(limits.wall_s, wall_s))
+            files, links = {**stage, **self._stage}, {}
+            if limits.allow_processes and self.device == "cpu":  # it may compile: start warm
+                base = base_cache(self.cache_dir, cores)
+                files = {**staged_base(base), **files}
+                links = linked_headers(base, job_user(limits.isolate))
+            return start_session(serve_implementation, self._job_workload, implementation,
+                                 cases, self.threads, self.device, limits=limits,
+                                 stage=files, links=links, cancel=self._cancel,
+                                 name=implementation.name)
+
+        try:
+            with pinned_thread(cores):  # the conductor waits on the sessions' cores
+                return JobOutcome(JobStatus.OK,
+                                  conductor.benchmark(plan, policy, checked, self.device, start))
+        except SessionEnded as ended:
+            if ended.outcome.status is JobStatus.CANCELLED:
+                raise Cancelled("the run is stopping") from None
+            return ended.outcome
+
     def verify(self, candidate: Candidate, cases: Sequence[Case] | None = None) -> Verdict:
         """Build and check on ``cases`` (default: the corpus), without timing."""
         started = time.monotonic()
@@ -298,14 +340,10 @@ class Evaluator:
                           for name in beside.get(case.shape.label, ())
                           if name != incumbents[case.shape.label].name], mine])
                 for case in self.targets]
-        limits = self._limits_for([impl for _, impls in plan for impl in impls])
-        plan, stage = _staged(plan)
-        # the outputs are compared on the job's cores too: it is verification work, and
-        # on any other core it would disturb a benchmark running there
+        # the outputs are compared on the sessions' cores too: it is verification work,
+        # and on any other core it would disturb a benchmark running there
         with self.cores.lease(self.threads) as cores:
-            outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads,
-                                self.policy, "candidate", self.device, limits=limits,
-                                stage={**stage, **self._stage}, cores=cores)
+            outcome = self._conduct(plan, self.policy, "candidate", cores)
             if outcome.status is not JobStatus.OK:
                 return job_failed(candidate, outcome, "benchmark", started, verified)
             with pinned_thread(cores):
@@ -349,8 +387,6 @@ class Evaluator:
         One job per shape, each allowed at least :data:`SIDE_BY_SIDE_WALL_S`: the policy
         bounds how long timing goes on, and slow baselines on large shapes (a Python loop
         per token) may need more than one evaluation's limit on a busy machine."""
-        limits = self._limits_for(implementations)
-        limits = dataclasses.replace(limits, wall_s=max(limits.wall_s, SIDE_BY_SIDE_WALL_S))
         runs = []
         cases = [c for c in self.targets if shapes is None or c.shape.label in shapes]
         for number, case in enumerate(cases):
@@ -360,11 +396,10 @@ class Evaluator:
             if only is not None and case.shape.label in only:
                 chosen = [impl for number, impl in enumerate(implementations)
                           if number == 0 or impl.name in only[case.shape.label]]
-            plan, stage = _staged([(case, chosen)])
             shape_policy = (policies or {}).get(case.shape.label, policy)
-            outcome = self._job(benchmark_shapes, self._job_workload, plan, self.threads,
-                                shape_policy, None, self.device, limits=limits,
-                                stage={**stage, **self._stage})
+            with self.cores.lease(self.threads) as cores:
+                outcome = self._conduct([(case, chosen)], shape_policy, None, cores,
+                                        wall_s=SIDE_BY_SIDE_WALL_S)
             if outcome.status is not JobStatus.OK:
                 raise MeasurementError(f"side-by-side benchmark failed on {case.shape.label}: "
                                        f"{outcome.detail}")

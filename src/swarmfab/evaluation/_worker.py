@@ -8,7 +8,6 @@ that tampers with its own process cannot change how it is judged.
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,14 +15,14 @@ import threadpoolctl
 import torch
 
 from swarmfab.backends import Artifact, get_backend
-from swarmfab.measure import TimingPolicy, time_interleaved
-from swarmfab.measure.timer import Stopwatch
+from swarmfab.measure.timer import HostStopwatch, Stopwatch
 from swarmfab.records import Candidate
+from swarmfab.sandbox import Channel
 from swarmfab.verify import gpu_probes, probes
 from swarmfab.workloads import Case, Forward, Inputs, Outputs, Workload, get_workload
 
-__all__ = ["CaseRun", "Implementation", "ShapeRun", "benchmark_shapes", "case_runs",
-           "run_cases", "shape_runs"]
+__all__ = ["CaseRun", "Implementation", "ShapeRun", "case_runs", "run_cases",
+           "serve_implementation", "tensors"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +75,8 @@ class ShapeRun:
 # What the parent accepts back from these jobs (their answers are the candidate's word):
 # the records, and a check that their fields hold the right kinds of values.
 
-def _tensors(value: object) -> bool:
+def tensors(value: object) -> bool:
+    """``value`` is named outputs (or None)."""
     return value is None or (isinstance(value, dict) and all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()))
 
@@ -90,20 +90,8 @@ def case_runs(value: object) -> bool:
     """``value`` is what :func:`run_cases` returns."""
     return isinstance(value, list) and all(
         isinstance(run, CaseRun) and isinstance(run.case, str) and _strings(run.findings)
-        and all(_tensors(o) for o in (run.outputs, run.twin_outputs, run.lean_outputs,
+        and all(tensors(o) for o in (run.outputs, run.twin_outputs, run.lean_outputs,
                                       run.nudged_outputs))
-        and (run.error is None or isinstance(run.error, str)) for run in value)
-
-
-def shape_runs(value: object) -> bool:
-    """``value`` is what :func:`benchmark_shapes` returns."""
-    return isinstance(value, list) and all(
-        isinstance(run, ShapeRun) and isinstance(run.shape, str)
-        and isinstance(run.seconds, dict) and all(
-            isinstance(k, str) and isinstance(s, list)
-            and all(isinstance(x, float) and x == x for x in s)
-            for k, s in run.seconds.items())
-        and _tensors(run.outputs) and _tensors(run.timed_outputs)
         and (run.error is None or isinstance(run.error, str)) for run in value)
 
 
@@ -189,66 +177,87 @@ def _names(names: tuple[str, ...], what: str) -> str:
     return f"{', '.join(names)} {what}" if names else ""
 
 
-def benchmark_shapes(
-    workload_name: str,
-    plan: list[tuple[Case, list[Implementation]]],
-    threads: int,
-    policy: TimingPolicy,
-    checked: str | None,
-    device: str = "cpu",
-) -> list[ShapeRun]:
-    """Time implementations side by side on each case's shape.
+def serve_implementation(
+    channel: Channel, workload_name: str, implementation: Implementation,
+    cases: list[Case], threads: int, device: str = "cpu",
+) -> None:
+    """Serve one implementation's calls to the conductor (``_conductor.benchmark``),
+    which times them from its own process. Requests, each answered once:
 
-    The first implementation of each entry is the reference of the ratios. When
-    ``checked`` names one of them, its outputs are returned too, so the parent can verify
-    it on the very shapes it is timed on: once from a sentinel-filled call before timing,
-    and once from a timed call picked at random (a kernel that behaves only when its
-    outputs start as NaN is caught there). On a CUDA device the samples are CUDA events
-    around device-wide synchronisations, with the L2 flushed before each.
+    - ``("case", index, pick)``: take ``cases[index]``'s inputs. With ``pick``, this is
+      the checked implementation: the answer is its outputs from a sentinel-filled call,
+      and its ``pick``-th call from now runs on a twin case's values and is kept;
+    - ``("run", n)``: ``n`` calls, untimed (warm-up, or the switch before a sample);
+    - ``("evict", round)``: evict the caches (cold samples);
+    - ``("sample", n)``: ``n`` calls; the answer is this process's own seconds per call
+      (the conductor's clock decides on a CPU; CUDA events, from here, on a device);
+    - ``("kept",)``: the kept call's outputs; ``("quit",)`` ends the job.
+
+    Each answer is ``("ok", value)``, or ``("raised", message)`` when the
+    implementation raised (the conductor reports that shape as failed).
     """
     _pin(threads)
     workload = get_workload(workload_name)
     stopwatch = _stopwatch(device)
-    results = []
-    for case, implementations in plan:
-        inputs = _on_device(workload.make_inputs(case), device)
-        outputs = None
+    flushes: dict[int, HostStopwatch] = {}
+    call: Callable[[], object] = lambda: None  # noqa: E731  (no case taken yet)
+    spy: _Spy | None = None
+    while True:
+        request = channel.receive()
+        kind = request[0]
+        if kind == "quit":
+            return
+        answer: object
         try:
-            if checked is not None:
-                chosen = next(i for i in implementations if i.name == checked)
-                forward = chosen.load(workload, fill_outputs=True)
-                outputs = _detached(_call(workload, forward, inputs))
-            calls: dict[str, Callable[[], object]] = {
-                impl.name: _bind(workload, impl.load(workload, fill_outputs=False), inputs)
-                for impl in implementations
-            }
-            spy = None
-            if checked is not None:
-                # a call every implementation is sure to make: a long one gets a single
-                # warm-up call and one call per round (TimingPolicy.long_call_s)
-                rounds = min(policy.min_rounds, policy.long_call_min_rounds)
-                pick = _SECRET_CHOICE.randint(2, 1 + rounds)
-                twin = _on_device(workload.make_inputs(probes.twin_case(case)), device)
-                calls[checked] = spy = _Spy(calls[checked], pick, inputs, twin)
             with torch.no_grad():
-                seconds = time_interleaved(calls, policy, reference=implementations[0].name,
-                                           stopwatch=stopwatch)
-        except Exception as exc:
-            results.append(ShapeRun(case.shape.label, error=f"raised {type(exc).__name__}: {exc}"))
+                if kind == "case":
+                    answer, call, spy = _take_case(workload, implementation, cases[request[1]],
+                                                   request[2], device)
+                elif kind == "run":
+                    for _ in range(request[1]):
+                        call()
+                    answer = None
+                elif kind == "evict":  # ("evict", round, bytes): bytes for the host's caches
+                    if device == "cuda":
+                        stopwatch.evict(request[1])
+                    else:
+                        flushes.setdefault(request[2], HostStopwatch(request[2])).evict(
+                            request[1])
+                    answer = None
+                elif kind == "sample":
+                    answer = stopwatch.seconds(call, request[1])
+                elif kind == "kept":
+                    answer = spy.kept if spy is not None else None
+                else:
+                    raise ValueError(f"unknown request {kind!r}")
+        except Exception as exc:  # the implementation's failure is data
+            channel.reply(("raised", f"raised {type(exc).__name__}: {exc}"))
             continue
-        timed = spy.kept if spy is not None else None
-        results.append(ShapeRun(case.shape.label, seconds=seconds, outputs=outputs,
-                                timed_outputs=timed))
-    return results
+        channel.reply(("ok", answer))
 
 
-_SECRET_CHOICE = random.SystemRandom()
+def _take_case(
+    workload: Workload, implementation: Implementation, case: Case, pick: int | None,
+    device: str,
+) -> tuple[dict[str, torch.Tensor] | None, Callable[[], object], _Spy | None]:
+    """The calls of one case; with ``pick``, the sentinel-filled outputs and the spy."""
+    inputs = _on_device(workload.make_inputs(case), device)
+    outputs = None
+    if pick is not None:
+        forward = implementation.load(workload, fill_outputs=True)
+        outputs = _detached(_call(workload, forward, inputs))
+    call = _bind(workload, implementation.load(workload, fill_outputs=False), inputs)
+    if pick is None:
+        return None, call, None
+    twin = _on_device(workload.make_inputs(probes.twin_case(case)), device)
+    spy = _Spy(call, pick, inputs, twin)
+    return outputs, spy, spy
 
 
-def _stopwatch(device: str) -> Stopwatch | None:
-    """CUDA events with an L2 flush on a GPU; None: the host clock, per the policy."""
+def _stopwatch(device: str) -> Stopwatch:
+    """CUDA events with an L2 flush on a GPU; the host clock otherwise."""
     if device != "cuda":
-        return None
+        return HostStopwatch()
     from swarmfab.measure.gpu import DeviceStopwatch
 
     return DeviceStopwatch()

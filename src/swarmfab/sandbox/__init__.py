@@ -8,5 +8,7 @@ from swarmfab.sandbox._process import (
     run_job,
     scrubbed_environment,
 )
+from swarmfab.sandbox._session import Channel, Session, SessionEnded, start_session
 
-__all__ = ["JobOutcome", "JobStatus", "Limits", "job_user", "run_job", "scrubbed_environment"]
+__all__ = ["Channel", "JobOutcome", "JobStatus", "Limits", "Session", "SessionEnded",
+           "job_user", "run_job", "scrubbed_environment", "start_session"]

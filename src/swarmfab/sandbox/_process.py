@@ -243,12 +243,27 @@ def run_job(
     Setting ``cancel`` kills the job and ends it as ``cancelled``.
     """
     limits = limits or Limits()
+    workdir = _job_directory()
+    try:
+        _stage_files(workdir, stage, links, limits)
+        return _supervise(job, args, limits, workdir, cancel, records, expect)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _job_directory() -> Path:
+    """A new private directory for one job (its name carries this process's pid)."""
     _sweep_abandoned_job_dirs()
     try:
-        workdir = Path(tempfile.mkdtemp(prefix=f"{_JOB_PREFIX}{os.getpid()}-"))
+        return Path(tempfile.mkdtemp(prefix=f"{_JOB_PREFIX}{os.getpid()}-"))
     except OSError as exc:
         raise SandboxError(f"cannot create a job directory in {tempfile.gettempdir()}: "
                            f"{exc.strerror} (is the disk full?)") from exc
+
+
+def _stage_files(workdir: Path, stage: Mapping[str, Path] | None,
+                 links: Mapping[str, Path] | None, limits: Limits) -> None:
+    """Copy ``stage`` and link ``links`` into ``workdir`` (see :func:`run_job`)."""
     try:
         for relative, source in (stage or {}).items():
             target = workdir / relative
@@ -261,11 +276,8 @@ def run_job(
                 target.symlink_to(source.resolve())
             else:
                 shutil.copy2(source, target)
-        return _supervise(job, args, limits, workdir, cancel, records, expect)
     except OSError as exc:
         raise SandboxError(f"cannot stage files for a job in {workdir}: {exc}") from exc
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 _JOB_PREFIX = "swarmfab-job-"
