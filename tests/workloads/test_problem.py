@@ -14,7 +14,12 @@ from typer.testing import CliRunner
 from swarmfab.cli import app
 from swarmfab.errors import CandidateError, GoalError, WorkloadError
 from swarmfab.goal import default_goal
-from swarmfab.kernels import design_space, onednn_available, onednn_clearly_faster
+from swarmfab.kernels import (
+    DesignSpace,
+    design_space,
+    onednn_available,
+    onednn_clearly_faster,
+)
 from swarmfab.workloads import Case, Dims, get_workload
 from swarmfab.workloads._problem import ProblemWorkload, build_module
 from swarmfab.workloads._problem_sizes import (
@@ -239,11 +244,21 @@ def test_every_setting_renders_a_file_that_defines_model_new(problem_file: Path)
             assert "class ModelNew(Model):" in source and PROBLEM.strip() in source
 
 
+def _in_this_process(space: DesignSpace) -> dict[str, object]:
+    """The default setting, but leaving this process's malloc as it is (these tests run
+    candidates in the test process)."""
+    setting = dict(space.default())
+    if any(knob.name == "allocator" for knob in space.knobs):
+        setting["allocator"] = "system"
+    return setting
+
+
 def test_eager_setting_runs_and_matches(problem_file: Path) -> None:
     problem = get_workload(str(problem_file))
     space = design_space(str(problem_file))
     for engine in ("eager", "jit-freeze"):
-        candidate = space.instantiate({**space.default(), "engine": engine}, threads=1)
+        candidate = space.instantiate({**_in_this_process(space), "engine": engine},
+                                      threads=1)
         namespace: dict[str, object] = {}
         exec(compile(candidate.sources[candidate.entry], "c", "exec"), namespace)
         inputs = problem.make_inputs(problem.validation_cases()[0])
@@ -270,8 +285,8 @@ def test_gemms_through_onednn_run_and_match(problem_file: Path, engine: str) -> 
     problem = get_workload(str(problem_file))
     space = design_space(str(problem_file))
     assert space.knob("gemm").values == ("aten", "onednn")
-    candidate = space.instantiate({**space.default(), "engine": engine, "gemm": "onednn"},
-                                  threads=1)
+    candidate = space.instantiate({**_in_this_process(space), "engine": engine,
+                                   "gemm": "onednn"}, threads=1)
     namespace: dict[str, object] = {}
     exec(compile(candidate.sources[candidate.entry], "c", "exec"), namespace)
     inputs = problem.make_inputs(problem.validation_cases()[0])

@@ -20,7 +20,13 @@ frozen, converted) and whose later calls take it. A user can read the file and k
   instructions (the verifier holds it to the goal's tolerance);
 - parallelism, ``threads``: the benchmark's threads, or one (a small problem pays for
   waking a pool);
-- runtime, ``grad_mode``: ``no_grad`` or ``inference_mode`` around the call.
+- runtime, ``grad_mode``: ``no_grad`` or ``inference_mode`` around the call;
+- memory, ``allocator``: glibc's malloc as the system sets it, or told to keep freed
+  memory (``retain``: no mmap for large blocks, no trimming), so large tensors land on
+  pages already mapped. It is process-wide, says so in the file, and is offered where
+  the C library is glibc; its default is ``retain`` where a probe finds fresh pages
+  costly here (:mod:`~swarmfab.kernels._allocator`). Each implementation is timed in a
+  process of its own, so the setting is measured on the candidate alone.
 
 A template reads only the knobs of its engine; the others are not rendered, so settings
 that differ only there are the same candidate and are judged once.
@@ -31,6 +37,7 @@ from __future__ import annotations
 import re
 import textwrap
 
+from swarmfab.kernels._allocator import RETAIN_SOURCE, faults_are_costly, glibc_malloc
 from swarmfab.kernels._gemm import onednn_available, onednn_gemm_faster
 from swarmfab.kernels._host import BF16_FLAGS, host_cpu_flags
 from swarmfab.kernels._space import DesignSpace, Knob, Setting
@@ -73,6 +80,11 @@ def module_space(workload: str, source: str, flags: frozenset[str] | None = None
                           "onednn" if onednn_gemm_faster() else "aten",
                           help="float32 GEMMs through ATen's BLAS (MKL) or oneDNN (the "
                                "default: the one clearly faster on this host)"))
+    if glibc_malloc():
+        knobs.append(Knob("allocator", "runtime", ("system", "retain"),
+                          "retain" if faults_are_costly() else "system",
+                          help="process-wide: glibc malloc as set, or keeping freed memory "
+                               "(the default: retain where fresh pages are costly here)"))
     if flags & BF16_FLAGS:
         knobs.append(Knob("precision", "numerics", ("float32", "bfloat16"), "float32",
                           help="bfloat16 autocast where the CPU has bfloat16 instructions"))
@@ -115,6 +127,8 @@ def render_module(source: str, setting: Setting, threads: int) -> str:
     text = source.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
     if shown.get("gemm") == "onednn":
         text += _ONEDNN_GEMMS
+    if shown.get("allocator") == "retain":
+        text += RETAIN_SOURCE
     if engine == "jit-freeze":
         text += _EAGER_WRAPPER
     return text
@@ -122,7 +136,7 @@ def render_module(source: str, setting: Setting, threads: int) -> str:
 
 def _read_by(engine: str, setting: Setting) -> set[str]:
     """The knobs a setting's template reads (the others are not rendered)."""
-    read = {"engine", "threads", "grad_mode", "layout", "precision"}
+    read = {"engine", "threads", "grad_mode", "layout", "precision", "allocator"}
     if engine == "inductor":
         read |= {"autotune", "freezing", "cpp_wrapper", "dynamic", "coordinate_descent"}
     if engine != "jit-freeze":  # a trace would record the oneDNN call with its weights
@@ -132,6 +146,8 @@ def _read_by(engine: str, setting: Setting) -> set[str]:
 
 def _prepare_body(engine: str, shown: Setting) -> list[str]:
     body = []
+    if shown.get("allocator") == "retain":
+        body.append("_retain_freed_memory()  # process-wide: see its docstring below")
     if shown.get("threads") == "one":
         body.append("torch.set_num_threads(1)")
     channels_last = shown.get("layout") == "channels_last"

@@ -1,0 +1,71 @@
+"""Whether a process that keeps its freed memory runs this host's large tensors faster.
+
+glibc's malloc serves a large block (above its mmap threshold, at most 32 MiB) with a
+fresh ``mmap`` and gives it back on ``free``, so every large tensor a forward allocates
+starts on pages the kernel must fault in and zero. What that costs depends on the host:
+on a 2-core AMD EPYC VM (torch 2.13, transparent huge pages on madvise only) a fresh 32
+MiB tensor took 15 ms to fill against 1.8 ms for the same fill into memory already
+touched, and eager LayerNorm on 16x512x1024 ran 18.0 ms, against 4.15 ms once malloc
+kept freed memory (no mmap, no trimming). So the module design space's ``allocator``
+knob is offered where the C library is glibc, and its default is measured here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import statistics
+import time
+
+import torch
+
+__all__ = ["RETAIN_SOURCE", "faults_are_costly", "glibc_malloc"]
+
+_PROBE_BYTES = 32 * 2**20
+# retaining is the default where touching fresh pages costs at least this many times
+# touching pages already mapped
+COSTLY = 2.0
+
+RETAIN_SOURCE = '''
+
+def _retain_freed_memory():
+    """PROCESS-WIDE: glibc's malloc keeps freed memory for reuse instead of returning it
+    to the system (large blocks come from the heap, not from fresh mmaps, and the heap is
+    never trimmed), so a tensor allocated again lands on pages already mapped: no page
+    faults once warm. The process's resident memory stays at its peak. Where the C
+    library is not glibc, nothing changes."""
+    import ctypes
+
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:
+        mallopt(-4, 0)  # M_MMAP_MAX: no mmap for large blocks
+        mallopt(-1, 2**31 - 1)  # M_TRIM_THRESHOLD: never give the heap back
+'''
+
+
+@functools.cache
+def glibc_malloc() -> bool:
+    """Whether this process's C library is glibc (it has ``mallopt`` and says so)."""
+    try:
+        libc = ctypes.CDLL(None)
+        version = libc.gnu_get_libc_version
+    except (OSError, AttributeError):
+        return False
+    version.restype = ctypes.c_char_p
+    return bool(version()) and hasattr(libc, "mallopt")
+
+
+@functools.cache
+def faults_are_costly() -> bool:
+    """Whether filling a freshly allocated 32 MiB tensor takes at least :data:`COSTLY`
+    times as long as filling it again (median of 5 of each, about 0.1 s)."""
+    fresh, again = [], []
+    for _ in range(5):
+        start = time.perf_counter()
+        block = torch.empty(_PROBE_BYTES // 4, dtype=torch.float32).fill_(1.0)
+        fresh.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        block.fill_(2.0)
+        again.append(time.perf_counter() - start)
+        del block
+    return statistics.median(fresh) >= COSTLY * statistics.median(again)

@@ -1,0 +1,96 @@
+"""The module design space's ``allocator`` knob: offered where malloc is glibc's, started
+from what this host's probe finds, and doing what it says (no page faults once warm)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swarmfab.kernels import design_space
+from swarmfab.kernels._allocator import glibc_malloc
+
+pytestmark = pytest.mark.skipif(not glibc_malloc(), reason="the C library is not glibc")
+
+# one 40 MiB output per call: above glibc's largest mmap threshold (32 MiB), so as the
+# system sets malloc every call maps (and faults in) fresh pages
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+size = 10485760
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+
+def get_inputs():
+    return [torch.ones(size)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+COUNT_FAULTS = '''
+import resource, sys
+import torch
+namespace = {}
+exec(compile(open(sys.argv[1]).read(), "model_new.py", "exec"), namespace)
+model, (x,) = namespace["ModelNew"](), namespace["get_inputs"]()
+for _ in range(20):  # the heap grows to what the calls need
+    model(x)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    out = model(x)
+    del out
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
+'''
+
+
+@pytest.fixture
+def problem(tmp_path: Path) -> Path:
+    path = tmp_path / "double.py"
+    path.write_text(PROBLEM)
+    return path
+
+
+def test_the_allocator_starts_from_what_the_probe_found(
+        problem: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for costly, default in ((True, "retain"), (False, "system")):
+        monkeypatch.setattr("swarmfab.kernels.module.faults_are_costly", lambda c=costly: c)
+        space = design_space(str(problem))
+        assert space.knob("allocator").values == ("system", "retain")
+        assert space.default()["allocator"] == default
+
+
+def test_retaining_is_rendered_only_when_chosen_and_says_it_is_process_wide(
+        problem: Path) -> None:
+    space = design_space(str(problem))
+    for value, rendered in (("retain", True), ("system", False)):
+        candidate = space.instantiate({**space.default(), "allocator": value}, threads=2)
+        source = candidate.sources[candidate.entry]
+        assert ("_retain_freed_memory()" in source) is rendered
+        assert ("PROCESS-WIDE" in source) is rendered
+
+
+@pytest.mark.parametrize("engine", ["eager", "inductor"])
+def test_a_retaining_model_new_runs_without_page_faults_once_warm(
+        problem: Path, tmp_path: Path, engine: str) -> None:
+    space = design_space(str(problem))
+    faults = {}
+    for value in ("system", "retain"):
+        setting = {**space.default(), "engine": engine, "allocator": value}
+        candidate = space.instantiate(setting, threads=1)
+        file = tmp_path / f"{engine}-{value}.py"
+        file.write_text(candidate.sources[candidate.entry])
+        done = subprocess.run([sys.executable, "-c", COUNT_FAULTS, str(file)],
+                              capture_output=True, text=True, timeout=300, check=True)
+        faults[value] = float(done.stdout.split()[-1])
+    pages = 40 * 2**20 / 4096
+    assert faults["system"] > 0.5 * pages, faults  # fresh pages for every output
+    assert faults["retain"] < 0.01 * pages, faults  # the pages of the last one
