@@ -28,6 +28,16 @@ def test_a_champion_is_scored_from_the_closing_table() -> None:
     assert score.over_compile == [1.2, 0.0, 9.0]
 
 
+def test_a_closing_table_without_torch_compile_chains_the_calibration_ratio() -> None:
+    summary = _summary(2.5, 1.2)
+    del summary["shapes"][0]["speedups"]["torch-compile"]  # type: ignore[index]
+    calibration = {"n=64": {"torch-eager": 0.010, "torch-compile": 0.012}}
+    score = score_run("p", "n=64", _result(True), summary, calibration)
+    assert score.over_compile is not None and score.over_compile[0] == pytest.approx(3.0)
+    assert math.isnan(score.over_compile[1])  # no interval for a chained figure
+    assert score_run("p", "n=64", _result(True), summary, None).over_compile is None
+
+
 def test_without_a_champion_eager_is_the_answer_and_not_fast() -> None:
     calibration = {"n=64": {"torch-eager": 0.010, "torch-compile": 0.005}}
     score = score_run("p", "n=64", _result(False), None, calibration)

@@ -7,6 +7,12 @@ run's closing table: the champion and the baselines timed side by side). Overall
 more than ``p`` (KernelBench's measure), and geometric means of the speedups. A problem
 without a champion answers with eager PyTorch itself (speedup 1, not fast); one that
 failed counts in the total and in nothing else.
+
+Where the closing table has no ``torch.compile`` figure (short of time, it times the
+champion beside the fastest baselines only, and eager was faster), the speedup over it
+is the closing table's speedup over eager times the calibration's eager-to-compile
+ratio (both paired ratios, measured side by side), shown without an interval, as for a
+problem without a champion.
 """
 
 from __future__ import annotations
@@ -48,13 +54,17 @@ def score_run(problem: str, sizes: str, result: Any, summary: dict[str, Any] | N
     base = {"problem": problem, "sizes": sizes, "run_id": result.run_id,
             "evaluations": result.evaluations}
     shapes = (summary or {}).get("shapes") or []
+    times = next(iter((calibration or {}).values()), {})
     if result.champion is not None and shapes:
         shape = shapes[0]
         speedups = shape.get("speedups", {})
+        over_eager, over_compile = speedups.get(EAGER), speedups.get(COMPILE)
+        if over_compile is None and over_eager is not None and times.get(EAGER) and \
+                math.isfinite(times.get(COMPILE, math.inf)):
+            over_compile = [over_eager[0] * times[COMPILE] / times[EAGER], math.nan, math.nan]
         return ProblemScore(**base, status="champion", seconds=shape["seconds"],
-                            over_eager=speedups.get(EAGER), over_compile=speedups.get(COMPILE),
+                            over_eager=over_eager, over_compile=over_compile,
                             knobs=dict(result.champion.knobs))
-    times = next(iter((calibration or {}).values()), {})
     over_compile = None
     if math.isfinite(times.get(COMPILE, math.inf)) and times.get(EAGER):
         ratio = times[COMPILE] / times[EAGER]
