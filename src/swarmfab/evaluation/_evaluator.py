@@ -239,11 +239,7 @@ class Evaluator:
                 return self._job(job, *args, limits=limits, stage=stage, cores=leased)
         if self._cancel.is_set():
             raise Cancelled("the run is stopping")
-        links = {}
-        if limits.allow_processes and self.device == "cpu":  # it may compile: start warm
-            base = base_cache(self.cache_dir, cores)
-            stage = {**staged_base(base), **stage}
-            links = linked_headers(base, job_user(limits.isolate))
+        stage, links = self._warm_start(limits, cores, stage)
         records, expect = _ANSWERS[job]
         outcome = run_job(job, *args, limits=dataclasses.replace(limits, cores=cores),
                           stage=stage, cancel=self._cancel, links=links, records=records,
@@ -251,6 +247,15 @@ class Evaluator:
         if outcome.status is JobStatus.CANCELLED:
             raise Cancelled("the run is stopping")
         return outcome
+
+    def _warm_start(self, limits: Limits, cores: tuple[int, ...], stage: dict[str, Path]
+                    ) -> tuple[dict[str, Path], dict[str, Path]]:
+        """``stage`` and the links of a job or session: one that may compile (on a CPU)
+        starts from the warm base cache and links its precompiled headers."""
+        if not (limits.allow_processes and self.device == "cpu"):
+            return stage, {}
+        base = base_cache(self.cache_dir, cores)
+        return {**staged_base(base), **stage}, linked_headers(base, job_user(limits.isolate))
 
     def _conduct(
         self, plan: list[tuple[Case, list[Implementation]]], policy: TimingPolicy,
@@ -267,11 +272,7 @@ class Evaluator:
             limits = self._limits_for([implementation])
             limits = dataclasses.replace(limits, cores=cores,
                                          wall_s=max(limits.wall_s, wall_s))
-            files, links = {**stage, **self._stage}, {}
-            if limits.allow_processes and self.device == "cpu":  # it may compile: start warm
-                base = base_cache(self.cache_dir, cores)
-                files = {**staged_base(base), **files}
-                links = linked_headers(base, job_user(limits.isolate))
+            files, links = self._warm_start(limits, cores, {**stage, **self._stage})
             return start_session(serve_implementation, self._job_workload, implementation,
                                  cases, self.threads, self.device, limits=limits,
                                  stage=files, links=links, cancel=self._cancel,

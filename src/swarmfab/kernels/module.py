@@ -21,7 +21,7 @@ frozen, converted) and whose later calls take it. A user can read the file and k
 - parallelism, ``threads``: the benchmark's threads, or one (a small problem pays for
   waking a pool);
 - runtime, ``grad_mode``: ``no_grad`` or ``inference_mode`` around the call;
-- memory, ``allocator``: glibc's malloc as the system sets it, or told to keep freed
+- runtime, ``allocator``: glibc's malloc as the system sets it, or told to keep freed
   memory (``retain``: no mmap for large blocks, no trimming), so large tensors land on
   pages already mapped. It is process-wide, says so in the file, and is offered where
   the C library is glibc; its default is ``retain`` where a probe finds fresh pages
