@@ -61,8 +61,14 @@ class PrefillGroup:
     lengths: torch.Tensor    # [P] new tokens per sequence
     slots: torch.Tensor      # [P] KDA state slots
 
+    span: tuple[int, int] | None = None  # (first row, rows): one unpadded chunk
+
     def gather(self, x: torch.Tensor) -> torch.Tensor:
-        """``x[N, ...]`` as ``[P, T, ...]``, zero where padded."""
+        """``x[N, ...]`` as ``[P, T, ...]``, zero where padded (a view of ``x`` for one
+        chunk alone: read it, never write it)."""
+        if self.span is not None:
+            first, count = self.span
+            return x[first:first + count].unsqueeze(0)
         mask = self.valid.view(*self.valid.shape, *(1,) * (x.dim() - 1))
         return x[self.rows].masked_fill(~mask, 0)
 
@@ -92,7 +98,8 @@ def prefill_groups(batch: StepBatch, waste: float = 2.0) -> list[PrefillGroup]:
         first = torch.tensor([first_row[s] for s in seqs])
         rows = torch.where(valid, first[:, None] + torch.arange(width)[None, :], 0)
         groups.append(PrefillGroup(torch.tensor(seqs), rows, valid, lengths,
-                                   torch.tensor([batch.state_slots[s] for s in seqs])))
+                                   torch.tensor([batch.state_slots[s] for s in seqs]),
+                                   (first_row[seqs[0]], width) if len(seqs) == 1 else None))
     return groups
 
 
@@ -201,8 +208,11 @@ class HybridModel:
             windows[decode_slots] = window[:, 1:]
         for group in groups:
             window = torch.cat([windows[group.slots], group.gather(x)], dim=1)  # [P,k-1+T,C]
-            group.scatter(out, torch.einsum("ptck,ck->ptc", window.unfold(1, kernel, 1),
-                                            weight))
+            steps = window.shape[1] - kernel + 1
+            conv = window[:, :steps] * weight[:, 0]   # one multiply-add per tap: an
+            for tap in range(1, kernel):              # einsum over unfolded windows
+                conv.addcmul_(window[:, tap:tap + steps], weight[:, tap])  # copies them
+            group.scatter(out, conv)
             last = group.lengths[:, None] + torch.arange(kernel - 1)          # [P, k-1]
             windows[group.slots] = window.gather(
                 1, last[..., None].expand(-1, -1, window.shape[-1]))
