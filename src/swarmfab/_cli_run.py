@@ -253,7 +253,12 @@ def execute_goal(goal: Any, store: Store, workdir: Path, resume: str | None,
     """Run the swarm on ``goal`` (its budget counts from ``started``, by default the
     command's first instant; its progress goes to ``out``); returns the RunResult and
     the Run."""
-    from swarmfab.agents.builtin import RecallAgent, RestartAgent, bandit_agents
+    from swarmfab.agents.builtin import (
+        RecallAgent,
+        RestartAgent,
+        StartingPointsAgent,
+        bandit_agents,
+    )
     from swarmfab.kernels import design_space
     from swarmfab.report.progress import LiveProgress
     from swarmfab.swarm import Run
@@ -277,6 +282,7 @@ def execute_goal(goal: Any, store: Store, workdir: Path, resume: str | None,
                   "them", highlight=False)
     if builtin:
         agents += [RecallAgent(recalled)] if recalled else []  # first: start where others ended
+        agents += [StartingPointsAgent()] if space.starting else []  # then the space's own
         agents += bandit_agents(space.knobs)  # they read the lessons in their context
     evaluator = evaluator_for(goal, workdir, store)
     made: list[Any] = []  # the Run, for what it learned when no champion came out

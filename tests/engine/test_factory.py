@@ -297,6 +297,10 @@ def test_a_short_engine_run_records_verdicts_and_its_recipe_serves(
     # (the same recipe as the earlier champion: the same candidate, stored once)
     assert verdicts[1][0].candidate_id == store.run(earlier).champion_id
     assert any(line.startswith("[1] recall: max_num_batched_tokens=64 -> ") for line in lines)
+    # then the space's starting point: the kernel factory's KDA kernels in both slots
+    second = store.candidate(verdicts[2][0].candidate_id)
+    assert second.agent == "builtin-starting", lines
+    assert (second.knobs["kda_prefill"], second.knobs["kda_decode"]) == ("c", "c")
     # every measured candidate was verified before it was timed: the reference's tokens,
     # or (another dtype) the accuracy gate
     # timed with the model's size in their label, so lessons weigh by model size

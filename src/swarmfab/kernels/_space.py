@@ -47,6 +47,8 @@ class DesignSpace:
 
     ``backend_for`` picks the backend per setting when one space spans several kinds of
     source (a Triton and a CUDA template); by default every candidate uses ``backend``.
+    ``starting`` names moves worth measuring before any search, each a partial setting
+    with its reason (:class:`~swarmfab.agents.builtin.starting.StartingPointsAgent`).
     """
 
     name: str
@@ -55,6 +57,11 @@ class DesignSpace:
     knobs: tuple[Knob, ...]
     render: Callable[[Setting, int], tuple[dict[str, str], str, tuple[str, ...]]]
     backend_for: Callable[[Setting], str] | None = None
+    starting: tuple[tuple[Setting, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        for move, _ in self.starting:
+            self.validate({**self.default(), **move})
 
     @property
     def domains(self) -> list[str]:

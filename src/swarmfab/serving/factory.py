@@ -43,6 +43,7 @@ import httpx
 from swarmfab.agents.base import Context
 from swarmfab.agents.builtin.bandit import bandit_agents
 from swarmfab.agents.builtin.recall import RecallAgent
+from swarmfab.agents.builtin.starting import StartingPointsAgent
 from swarmfab.engine.weights import parameter_count
 from swarmfab.knowledge import LessonContext, Store
 from swarmfab.knowledge.recall import Recalled
@@ -207,8 +208,11 @@ class _Search:
         if recent:
             self.log(f"{len(recent)} candidate(s) already judged in this run; "
                      f"champion {champion.id}")
-        # earlier champions first, then the domain agents, lessons as their priors
-        agents = [*([RecallAgent(recalled)] if recalled else []), *bandit_agents(space.knobs)]
+        # earlier champions first, then the space's starting points, then the domain
+        # agents, lessons as their priors
+        agents = [*([RecallAgent(recalled)] if recalled else []),
+                  *([StartingPointsAgent()] if space.starting else []),
+                  *bandit_agents(space.knobs)]
         # a resumed run draws afresh rather than replaying the proposals it has judged
         rng = random.Random(f"{goal.seed}/{len(recent)}" if recent else goal.seed)
         turn = idle = 0

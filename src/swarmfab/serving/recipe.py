@@ -24,6 +24,10 @@ Knobs and domains:
 - numerics: ``dtype``, float32 or (where the CPU has AVX512-BF16 or AMX) bfloat16
   weights and activations, judged by the accuracy gate (:mod:`~swarmfab.serving.numerics`);
 - threads: intra-op threads, ``auto`` being the engine's own choice by model size.
+
+The space's starting point, measured before the domain agents search
+(:class:`~swarmfab.agents.builtin.starting.StartingPointsAgent`): both KDA slots on the
+kernel factory's kernels.
 """
 
 from __future__ import annotations
@@ -98,7 +102,13 @@ def engine_space(cpus: int, flags: frozenset[str] | None = None,
                   if setting.get(f"kda_{slot}") == "champion"}
         return {RECIPE_FILE: Recipe(dict(setting), chosen).to_json()}, RECIPE_FILE, ()
 
-    return DesignSpace("engine", "engine", "engine-recipe", knobs, render)
+    # measured first: the kernel factory's kernels in both KDA slots (its champion where
+    # the store holds one for this host), the move that pays most where KDA is a step's
+    # largest cost after the weight matmuls
+    factory_kernels = {f"kda_{slot}": kernels(slot)[-1] for slot in ("prefill", "decode")}
+    starting = ((factory_kernels, "the kernel factory's KDA kernels in both slots"),)
+    return DesignSpace("engine", "engine", "engine-recipe", knobs, render,
+                       starting=starting)
 
 
 class Recipe:

@@ -3,6 +3,7 @@
 from swarmfab.agents.builtin.bandit import BanditAgent, bandit_agents
 from swarmfab.agents.builtin.local_search import LocalSearchAgent, RestartAgent, domain_agents
 from swarmfab.agents.builtin.recall import RecallAgent
+from swarmfab.agents.builtin.starting import StartingPointsAgent
 
-__all__ = ["BanditAgent", "LocalSearchAgent", "RecallAgent", "RestartAgent", "bandit_agents",
-           "domain_agents"]
+__all__ = ["BanditAgent", "LocalSearchAgent", "RecallAgent", "RestartAgent",
+           "StartingPointsAgent", "bandit_agents", "domain_agents"]

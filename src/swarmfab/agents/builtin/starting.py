@@ -1,0 +1,35 @@
+"""A built-in agent that measures a design space's named starting points first.
+
+A space may name moves worth measuring before any search (``DesignSpace.starting``):
+partial settings with the reason for each, as a study enqueues known-good trials before
+its sampler runs. The engine space names one, every KDA slot on the kernel factory's
+kernels for this host: the move the product exists to make, and one that a domain agent
+drawing among a dozen untried arms would reach late in a short run.
+
+Each starting point is proposed once, over the champion's setting (so a crowned earlier
+move is kept), and judged like any candidate: verified, measured against the champion,
+crowned only on the gate's evidence. Then the agent has nothing more to say.
+"""
+
+from __future__ import annotations
+
+from swarmfab.agents.base import Agent, Context, fresh_candidates
+from swarmfab.records import Candidate
+
+__all__ = ["StartingPointsAgent"]
+
+
+class StartingPointsAgent(Agent):
+    """Proposes each of the space's starting points once, before the domain agents."""
+
+    def __init__(self, agent_id: str = "builtin-starting"):
+        super().__init__(agent_id, "starting points")
+
+    def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
+        base = dict(context.champion.knobs) if context.champion is not None \
+            else context.space.default()
+        parents = (context.champion.id,) if context.champion is not None else ()
+        settings = (({**base, **dict(move)}, f"starting point: {why}")
+                    for move, why in context.space.starting)
+        return fresh_candidates(context, settings, agent=self.id, parents=parents,
+                                limit=limit)

@@ -1,0 +1,65 @@
+"""The starting-points agent: a space's named moves, each once, over the champion."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from swarmfab.agents import Context
+from swarmfab.agents.builtin import StartingPointsAgent
+from swarmfab.goal import default_goal
+from swarmfab.kernels import DesignSpace
+from swarmfab.serving.recipe import engine_space
+
+
+def _context(space: DesignSpace, champion_knobs: dict[str, object] | None,
+             evaluated: frozenset[str] = frozenset()) -> Context:
+    goal = default_goal("kda").with_overrides(threads=1)
+    champion = None if champion_knobs is None else space.instantiate(
+        champion_knobs, threads=1, agent="champion")
+    return Context(goal, space, champion, evaluated, rng=random.Random(0))
+
+
+def test_each_starting_point_is_proposed_once_over_the_champion(
+        toy_space: DesignSpace) -> None:
+    space = dataclasses.replace(toy_space, starting=(
+        ({"algorithm": "b"}, "the other algorithm"), ({"tile": 64, "chunk": 64}, "big")))
+    champion = {**space.default(), "parallel": "heads"}
+    agent = StartingPointsAgent()
+    evaluated: set[str] = set()
+    proposed = []
+    while candidates := agent.propose(_context(space, champion, frozenset(evaluated))):
+        (candidate,) = candidates
+        evaluated.add(candidate.id)
+        proposed.append(candidate)
+    assert [c.knobs for c in proposed] == [{**champion, "algorithm": "b"},
+                                           {**champion, "tile": 64, "chunk": 64}]
+    assert proposed[0].rationale == "starting point: the other algorithm"
+    assert all(c.agent == "builtin-starting" and len(c.parents) == 1 for c in proposed)
+
+
+def test_a_starting_point_equal_to_the_champion_is_not_proposed(
+        toy_space: DesignSpace) -> None:
+    space = dataclasses.replace(toy_space, starting=(({"algorithm": "b"}, "b"),))
+    champion = space.instantiate({**space.default(), "algorithm": "b"}, threads=1)
+    assert StartingPointsAgent().propose(_context(space, champion.knobs,
+                                                  frozenset({champion.id}))) == []
+    # without a champion the moves apply to the defaults
+    (candidate,) = StartingPointsAgent().propose(_context(space, None))
+    assert candidate.knobs == champion.knobs and candidate.parents == ()
+
+
+def test_a_starting_point_outside_the_space_is_refused(toy_space: DesignSpace) -> None:
+    with pytest.raises(ValueError, match="tile"):
+        dataclasses.replace(toy_space, starting=(({"tile": 7}, "no such tile"),))
+
+
+def test_the_engine_space_starts_with_the_factory_s_kda_kernels() -> None:
+    ((move, why),) = engine_space(2, frozenset()).starting
+    assert move == {"kda_prefill": "c", "kda_decode": "c"} and "kernel factory" in why
+    # where the store holds a kernel run's champion for a slot, that slot takes it
+    ((move, _),) = engine_space(2, frozenset(), kda={"decode": {"algorithm": "recurrent"}}
+                                ).starting
+    assert move == {"kda_prefill": "c", "kda_decode": "champion"}
