@@ -123,6 +123,8 @@ def loadgen(
     num_prompts: Annotated[int, typer.Option(min=1, help="Measured requests.")] = 32,
     input_len: Annotated[int, typer.Option(min=1, help="Prompt tokens per request.")] = 32,
     output_len: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 32,
+    range_ratio: Annotated[float, typer.Option(
+        help="Draw each request's lengths from [L*(1-r), L*(1+r)]; 0: exactly L.")] = 0.0,
     request_rate: Annotated[float, typer.Option(
         help="Requests per second; inf sends all at once.")] = float("inf"),
     burstiness: Annotated[float, typer.Option(
@@ -156,10 +158,13 @@ def loadgen(
         slos[name] = milliseconds
     if burstiness <= 0 or request_rate <= 0:
         raise GoalError("--burstiness and --request-rate must be positive")
+    if not 0 <= range_ratio < 1:
+        raise GoalError(f"--range-ratio must lie in [0, 1), got {range_ratio:g}")
     if any(not 0 < p <= 100 for p in percentile or []):
         raise GoalError("--percentile must lie in (0, 100]")
     spec = LoadSpec(base_url=base_url, num_prompts=num_prompts, input_len=input_len,
-                    output_len=output_len, request_rate=request_rate, burstiness=burstiness,
+                    output_len=output_len, range_ratio=range_ratio,
+                    request_rate=request_rate, burstiness=burstiness,
                     max_concurrency=max_concurrency, num_warmups=num_warmups, seed=seed,
                     api_key=api_key, percentiles=tuple(percentile or [99.0]), goodput=slos)
     try:

@@ -64,6 +64,9 @@ def test_engine_goals_are_validated_field_by_field(tmp_path: Path) -> None:
         _goal(traffic={"concurency": 4})
     with pytest.raises(GoalError, match="request_rate"):
         _goal(traffic={"concurrency": None})
+    assert _goal(traffic={"range_ratio": 0.5}).traffic.label() == "c8 in32 out32 r0.5"
+    with pytest.raises(GoalError, match="range_ratio"):
+        _goal(traffic={"range_ratio": 1.0})
     with pytest.raises(GoalError, match="offered_loads"):
         _goal(offered_loads=[4, 0])
     open_loop = _goal(traffic={"request_rate": 2.0}).at_load(5)  # a rate, not a concurrency

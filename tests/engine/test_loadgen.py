@@ -12,6 +12,8 @@ from swarmfab.engine.loadgen import (
     LoadSpec,
     RequestRecord,
     arrival_gaps,
+    random_prompts,
+    random_requests,
     run_load,
     summarise,
 )
@@ -23,6 +25,19 @@ def test_gamma_arrivals_last_count_over_rate_and_inf_sends_at_once() -> None:
     assert math.isclose(sum(gaps), 5.0) and min(gaps) >= 0
     assert arrival_gaps(50, 10.0, 0.5, seed=1) == gaps
     assert arrival_gaps(4, math.inf, 1.0, seed=1) == [0.0] * 4
+
+
+def test_lengths_spread_by_the_range_ratio_and_not_without_one() -> None:
+    fixed = random_requests(20, 64, 32, 0.0, vocab=500, seed=4)
+    assert fixed == [(p, 32) for p in random_prompts(20, 64, 500, 4)]  # as before it
+    spread = random_requests(400, 64, 32, 0.5, vocab=500, seed=4)
+    prompts, outputs = [len(p) for p, _ in spread], [n for _, n in spread]
+    assert min(prompts) == 32 and max(prompts) == 96       # [L/2, 3L/2], ends included
+    assert min(outputs) == 16 and max(outputs) == 48
+    assert 56 < sum(prompts) / 400 < 72 and random_requests(400, 64, 32, 0.5, 500, 4) == spread
+    assert min(n for _, n in random_requests(50, 3, 2, 0.9, 500, 1)) == 2  # a TPOT each
+    with pytest.raises(ValueError, match="range_ratio"):
+        random_requests(1, 8, 8, 1.0, 500, 0)
 
 
 def test_summary_follows_vllm_definitions() -> None:
@@ -49,6 +64,13 @@ def test_a_run_against_the_server(server: str) -> None:
     assert result["completed"] == 6 and result["failed"] == 0
     assert result["input_lens"] == [12] * 6 and result["output_lens"] == [5] * 6
     assert result["median_ttft_ms"] > 0 and result["median_tpot_ms"] > 0
+    spread = asyncio.run(run_load(LoadSpec(
+        base_url=server, num_prompts=6, input_len=12, output_len=6, range_ratio=0.5,
+        max_concurrency=2, num_warmups=0, seed=3, api_key="test-key-123")))
+    # each request sent the prompt and streamed exactly the output length it drew
+    drawn = [(len(p), n) for p, n in random_requests(6, 12, 6, 0.5, 512, 3)]
+    assert list(zip(spread["input_lens"], spread["output_lens"], strict=True)) == drawn
+    assert len(set(drawn)) > 1
 
 
 @pytest.mark.parametrize("text", ["kane ☃ wörld", "日本語"])

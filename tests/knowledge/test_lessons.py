@@ -86,6 +86,7 @@ def test_context_keys() -> None:
 
 def test_engine_runs_are_classed_by_model_size_and_load() -> None:
     assert shape_class("153M c8 in64 out32") == "engine-s-c8"
+    assert shape_class("153M c8 in64 out32 r0.5") == "engine-s-c8"   # lengths spread
     assert shape_class("898K c1 in16 out8") == "engine-xs-c1"
     assert shape_class("1.3M c64 in64 out32") == "engine-xs-c33+"
     assert shape_class("7.2B 4 req/s in64 out32") == "engine-l-open"

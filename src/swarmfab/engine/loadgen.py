@@ -6,7 +6,9 @@ and chosen percentiles of each in milliseconds (``mean_ttft_ms``, ``p99_itl_ms``
 request and token throughput, and goodput (requests per second meeting every SLO).
 Arrivals: all at once (rate ``inf``) or gamma-distributed gaps (shape = burstiness,
 1 = Poisson) rescaled so the run lasts N / rate seconds; ``max_concurrency`` closes the
-loop. Prompts are random token ids of a set length, so no dataset is needed.
+loop. Prompts are random token ids, so no dataset is needed: of a set length, or, with
+``range_ratio`` r (vLLM's ``--random-range-ratio``), each request's prompt and output
+lengths drawn uniformly from [L * (1 - r), L * (1 + r)] around the set ones.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-__all__ = ["LoadSpec", "RequestRecord", "arrival_gaps", "random_prompts", "run_load",
-           "summarise"]
+__all__ = ["LoadSpec", "RequestRecord", "arrival_gaps", "random_prompts", "random_requests",
+           "run_load", "summarise"]
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
@@ -36,6 +38,7 @@ class LoadSpec:
     num_prompts: int = 32
     input_len: int = 32
     output_len: int = 32
+    range_ratio: float = 0.0   # lengths uniform in [L * (1 - r), L * (1 + r)]
     request_rate: float = math.inf
     burstiness: float = 1.0
     max_concurrency: int | None = None
@@ -73,6 +76,24 @@ def random_prompts(count: int, length: int, vocab: int, seed: int) -> list[list[
     return [[rng.randrange(3, vocab) for _ in range(length)] for _ in range(count)]
 
 
+def random_requests(count: int, input_len: int, output_len: int, range_ratio: float,
+                    vocab: int, seed: int) -> list[tuple[list[int], int]]:
+    """``count`` (prompt, output length) pairs; with ``range_ratio`` r each length is
+    drawn uniformly from [L * (1 - r), L * (1 + r)] (at least 1 prompt token and 2
+    output tokens, so every request has a time per output token)."""
+    if not 0 <= range_ratio < 1:
+        raise ValueError(f"range_ratio must lie in [0, 1), got {range_ratio}")
+    rng = random.Random(seed)
+
+    def length(around: int, least: int) -> int:
+        low = max(least, math.floor(around * (1 - range_ratio)))
+        return rng.randint(low, max(low, math.ceil(around * (1 + range_ratio))))
+
+    lengths = [(length(input_len, 1), length(output_len, 2)) for _ in range(count)]
+    prompts = random_prompts(count, max(n for n, _ in lengths), vocab, seed)
+    return [(prompt[:n], out) for prompt, (n, out) in zip(prompts, lengths, strict=True)]
+
+
 def arrival_gaps(count: int, rate: float, burstiness: float, seed: int) -> list[float]:
     """Gaps before each request: zero for ``inf``, else gamma(burstiness) draws scaled so
     they sum to count / rate."""
@@ -83,10 +104,10 @@ def arrival_gaps(count: int, rate: float, burstiness: float, seed: int) -> list[
     return list(gaps * (count / rate) / gaps.sum())
 
 
-async def _one(client: httpx.AsyncClient, spec: LoadSpec, model: str, prompt: list[int]
+async def _one(client: httpx.AsyncClient, model: str, prompt: list[int], max_tokens: int
                ) -> RequestRecord:
     record = RequestRecord(prompt_len=len(prompt))
-    body = {"model": model, "prompt": prompt, "max_tokens": spec.output_len,
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens,
             "temperature": 0.0, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}
     start = last = time.perf_counter()
@@ -132,23 +153,23 @@ async def run_load(spec: LoadSpec) -> dict[str, Any]:
         card = await _model_card(client)
         model = spec.model or card["id"]
         vocab = int(card.get("vocab_size", 256))
-        prompts = random_prompts(spec.num_prompts + spec.num_warmups, spec.input_len, vocab,
-                                 spec.seed)
-        for prompt in prompts[:spec.num_warmups]:
-            await _one(client, spec, model, prompt)
-        gate = asyncio.Semaphore(spec.max_concurrency or len(prompts))
+        requests = random_requests(spec.num_prompts + spec.num_warmups, spec.input_len,
+                                   spec.output_len, spec.range_ratio, vocab, spec.seed)
+        for prompt, max_tokens in requests[:spec.num_warmups]:
+            await _one(client, model, prompt, max_tokens)
+        gate = asyncio.Semaphore(spec.max_concurrency or len(requests))
 
-        async def limited(prompt: list[int]) -> RequestRecord:
+        async def limited(request: tuple[list[int], int]) -> RequestRecord:
             async with gate:
-                return await _one(client, spec, model, prompt)
+                return await _one(client, model, *request)
 
         tasks = []
         start = time.perf_counter()
         gaps = arrival_gaps(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed)
-        for gap, prompt in zip(gaps, prompts[spec.num_warmups:], strict=True):
+        for gap, request in zip(gaps, requests[spec.num_warmups:], strict=True):
             if gap:
                 await asyncio.sleep(gap)
-            tasks.append(asyncio.create_task(limited(prompt)))
+            tasks.append(asyncio.create_task(limited(request)))
         records = await asyncio.gather(*tasks)
         duration = time.perf_counter() - start
     result = summarise(records, duration, spec.percentiles, spec.goodput)

@@ -141,7 +141,7 @@ class EngineProcess:
 def verify_prompts(goal: EngineGoal, vocab: int) -> list[list[int]]:
     """The fixed verification prompts: lengths spread from 1 to twice the traffic's."""
     count = goal.verify_prompts
-    longest = max(2, 2 * goal.traffic.input_len)
+    longest = max(2, math.ceil(2 * goal.traffic.input_len * (1 + goal.traffic.range_ratio)))
     lengths = [1 + (longest - 1) * i // max(1, count - 1) for i in range(count)]
     prompts = random_prompts(count, max(lengths), vocab, goal.seed + 7919)
     return [prompt[:length] for prompt, length in zip(prompts, lengths, strict=True)]
@@ -223,6 +223,7 @@ def load_once(url: str, goal: EngineGoal, seed: int, num_prompts: int | None = N
     traffic = goal.traffic
     spec = LoadSpec(base_url=url, num_prompts=num_prompts or traffic.num_prompts,
                     input_len=traffic.input_len, output_len=traffic.output_len,
+                    range_ratio=traffic.range_ratio,
                     request_rate=traffic.request_rate, burstiness=traffic.burstiness,
                     max_concurrency=traffic.concurrency, num_warmups=1, seed=seed,
                     goodput=goal.objective.slos(), timeout_s=120.0)

@@ -10,6 +10,7 @@ A TOML file with ``kind = "engine"``::
     [traffic]
     input_len = 64
     output_len = 32
+    range_ratio = 0.5             # lengths uniform in [L/2, 3L/2] (vLLM's); 0: exactly L
     num_prompts = 32
     concurrency = 8               # a closed loop; or request_rate (+ burstiness)
 
@@ -45,10 +46,12 @@ class _Strict(BaseModel):
 
 
 class Traffic(_Strict):
-    """The requests a measurement sends: random token-id prompts, greedy, EOS ignored."""
+    """The requests a measurement sends: random token-id prompts, greedy, EOS ignored;
+    with ``range_ratio`` r, each request's lengths drawn from [L * (1 - r), L * (1 + r)]."""
 
     input_len: Annotated[int, Field(ge=1, le=65_536)] = 32
     output_len: Annotated[int, Field(ge=2, le=65_536)] = 32
+    range_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.0
     num_prompts: Annotated[int, Field(ge=2, le=100_000)] = 32
     concurrency: Annotated[int | None, Field(ge=1, le=4096)] = 8
     request_rate: Annotated[float, Field(gt=0)] = math.inf
@@ -64,7 +67,8 @@ class Traffic(_Strict):
     def label(self) -> str:
         arrivals = (f"c{self.concurrency}" if math.isinf(self.request_rate)
                     else f"{self.request_rate:g} req/s")
-        return f"{arrivals} in{self.input_len} out{self.output_len}"
+        spread = f" r{self.range_ratio:g}" if self.range_ratio else ""
+        return f"{arrivals} in{self.input_len} out{self.output_len}{spread}"
 
 
 class Objective(_Strict):
