@@ -45,9 +45,9 @@ GOAL = Path(__file__).parent.parent / "examples" / "goals" / "engine-kimi-tiny.t
 def hf_round(model: Any, goal: Any, seed: int) -> dict[str, Any]:
     """HF generate on the goal's traffic: static batches of the goal's concurrency."""
     traffic = goal.traffic
-    if traffic.range_ratio:
+    if traffic.range_ratio or traffic.prompts_file:
         raise SystemExit("HF generate runs static batches of one prompt length: give the "
-                         "goal's traffic range_ratio = 0")
+                         "goal random prompts with range_ratio = 0")
     prompts = random_prompts(traffic.num_prompts, traffic.input_len,
                              model.config.vocab_size, seed)
     return run_hf(model, prompts, traffic.output_len, traffic.concurrency or len(prompts),

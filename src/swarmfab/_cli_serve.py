@@ -125,6 +125,9 @@ def loadgen(
     output_len: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 32,
     range_ratio: Annotated[float, typer.Option(
         help="Draw each request's lengths from [L*(1-r), L*(1+r)]; 0: exactly L.")] = 0.0,
+    prompts_file: Annotated[Path | None, typer.Option(
+        help="Prompts instead of random ids: JSON lines or a JSON array of "
+             '{"prompt": text or ids, "output_len": N}.')] = None,
     request_rate: Annotated[float, typer.Option(
         help="Requests per second; inf sends all at once.")] = float("inf"),
     burstiness: Annotated[float, typer.Option(
@@ -143,7 +146,7 @@ def loadgen(
     """Load a running server as vLLM's `bench serve` does and print its metrics."""
     import asyncio
 
-    from swarmfab.engine.loadgen import LoadSpec, run_load
+    from swarmfab.engine.loadgen import LoadSpec, read_prompts, run_load
 
     slos: dict[str, float] = {}
     for item in goodput or []:
@@ -158,12 +161,16 @@ def loadgen(
         slos[name] = milliseconds
     if burstiness <= 0 or request_rate <= 0:
         raise GoalError("--burstiness and --request-rate must be positive")
+    try:
+        dataset = tuple(read_prompts(prompts_file, output_len)) if prompts_file else ()
+    except ValueError as exc:
+        raise GoalError(f"--prompts-file: {exc}") from exc
     if not 0 <= range_ratio < 1:
         raise GoalError(f"--range-ratio must lie in [0, 1), got {range_ratio:g}")
     if any(not 0 < p <= 100 for p in percentile or []):
         raise GoalError("--percentile must lie in (0, 100]")
     spec = LoadSpec(base_url=base_url, num_prompts=num_prompts, input_len=input_len,
-                    output_len=output_len, range_ratio=range_ratio,
+                    output_len=output_len, range_ratio=range_ratio, dataset=dataset,
                     request_rate=request_rate, burstiness=burstiness,
                     max_concurrency=max_concurrency, num_warmups=num_warmups, seed=seed,
                     api_key=api_key, percentiles=tuple(percentile or [99.0]), goodput=slos)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -38,7 +39,13 @@ from swarmfab.serving.evaluate import (
     greedy_tokens,
     verify_tokens,
 )
-from swarmfab.serving.factory import auto_threads, run_engine_goal, same_under_traffic
+from swarmfab.serving.factory import (
+    _Budget,
+    _Search,
+    auto_threads,
+    run_engine_goal,
+    same_under_traffic,
+)
 from swarmfab.serving.goal import EngineGoal, load_engine_goal, validate_engine_goal
 from swarmfab.serving.numerics import Scores, numerics_checks, score_continuations
 from swarmfab.serving.recipe import Recipe, engine_space, kda_champions, read_recipe
@@ -67,14 +74,23 @@ def test_engine_goals_are_validated_field_by_field(tmp_path: Path) -> None:
     assert _goal(traffic={"range_ratio": 0.5}).traffic.label() == "c8 in32 out32 r0.5"
     with pytest.raises(GoalError, match="range_ratio"):
         _goal(traffic={"range_ratio": 1.0})
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "hi", "output_len": 4}\n')
+    (tmp_path / "bad.jsonl").write_text('{"text": 1}\n')
+    with pytest.raises(GoalError, match=r"traffic.*entry 0: expected"):
+        _goal(traffic={"prompts_file": str(tmp_path / "bad.jsonl")})
     with pytest.raises(GoalError, match="offered_loads"):
         _goal(offered_loads=[4, 0])
     open_loop = _goal(traffic={"request_rate": 2.0}).at_load(5)  # a rate, not a concurrency
     assert open_loop.traffic.request_rate == 5 and open_loop.traffic.concurrency == 8
     file = tmp_path / "goal.toml"
-    file.write_text('kind = "engine"\nmodel = "ckpt"\n[objective]\np99_ttft_ms = 5\n')
+    file.write_text('kind = "engine"\nmodel = "ckpt"\n[objective]\np99_ttft_ms = 5\n'
+                    '[traffic]\nprompts_file = "prompts.jsonl"\n')
     goal = load_engine_goal(file)
     assert goal.model == str(tmp_path / "ckpt")          # relative to the goal file
+    assert goal.traffic.dataset() == (("hi", 4),)        # so is the prompts file
+    assert goal.traffic.label() == "c8 prompts:prompts.jsonl"
+    assert shape_class(goal.run_label(153_000_000)) == "engine-s-c8"
     with pytest.raises(GoalError, match=r"no config\.json"):
         goal.model_dir(tmp_path / "cache")
 
@@ -212,6 +228,29 @@ def test_a_faster_recipe_that_breaks_the_objective_is_not_crowned() -> None:
     assert [judge(v).promote for v in verdicts] == [False, True, False, False]
     assert verdicts[2].status is Status.REJECTED and "p99 TPOT 150.0 ms > 100 ms" in \
         verdicts[2].reason
+
+
+def test_without_time_for_a_closing_the_crown_over_the_default_is_the_gain(
+        tmp_path: Path) -> None:
+    goal = _goal()
+    store = Store(tmp_path / "runs.db")
+    run_id = store.start_run("engine", goal.model_dump(mode="json", by_alias=True),
+                             host_record(goal.threads, "c"))
+    space = engine_space(goal.threads)
+    default = space.instantiate(space.default(), threads=goal.threads, agent="default")
+    champion = space.instantiate({**space.default(), "block_size": 8}, threads=goal.threads)
+    lines: list[str] = []
+    search = _Search(goal, store, run_id, tmp_path / "no-model", tmp_path, _Budget(
+        0.0, time.monotonic()), lines.append, "label")
+    search.incumbent = EngineProcess(tmp_path, tmp_path / "recipe.json", tmp_path / "log")
+    search.closing_s = 60.0   # more than the budget has left: no new processes start
+    search.crowned_over_default = Comparison([_round(1.0, 50)] * 4, [_round(1.6, 50)] * 4)
+    result = search._closing(default, champion)
+    assert result.gain is not None and math.isclose(result.gain.median, 1.6)
+    assert (result.default_metric, result.champion_metric) == (1.0, 1.6)
+    assert any("crowning comparison" in line for line in lines), lines
+    ((_, detail),) = store.events(run_id, "closing")
+    assert json.loads(detail)["source"] == "crowning"
 
 
 def test_a_move_that_cannot_change_the_traffic_s_batches_is_not_measured() -> None:

@@ -14,6 +14,7 @@ from swarmfab.engine.loadgen import (
     arrival_gaps,
     random_prompts,
     random_requests,
+    read_prompts,
     run_load,
     summarise,
 )
@@ -38,6 +39,25 @@ def test_lengths_spread_by_the_range_ratio_and_not_without_one() -> None:
     assert min(n for _, n in random_requests(50, 3, 2, 0.9, 500, 1)) == 2  # a TPOT each
     with pytest.raises(ValueError, match="range_ratio"):
         random_requests(1, 8, 8, 1.0, 500, 0)
+
+
+def test_a_prompts_file_is_read_as_json_lines_or_an_array(tmp_path: Path) -> None:
+    lines = tmp_path / "p.jsonl"
+    lines.write_text('{"prompt": "hello there", "output_len": 5}\n\n{"prompt": [5, 6, 7]}\n')
+    assert read_prompts(lines, 9) == [("hello there", 5), ([5, 6, 7], 9)]
+    array = tmp_path / "p.json"
+    array.write_text(' [{"prompt": "a"}]')
+    assert read_prompts(array, 4) == [("a", 4)]
+    for text, message in (("", "no prompts"), ("[]", "no prompts"), ("{oops", "JSON lines"),
+                          ('{"text": "a"}', "entry 0: expected"),
+                          ('{"prompt": "a"}\n{"prompt": [1, -2]}', "entry 1: expected"),
+                          ('{"prompt": [true]}', "entry 0: expected"),
+                          ('{"prompt": "a", "output_len": 1}', "entry 0: output_len")):
+        lines.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            read_prompts(lines, 8)
+    with pytest.raises(ValueError, match="cannot be read"):
+        read_prompts(tmp_path / "missing.jsonl", 8)
 
 
 def test_summary_follows_vllm_definitions() -> None:
@@ -71,6 +91,14 @@ def test_a_run_against_the_server(server: str) -> None:
     drawn = [(len(p), n) for p, n in random_requests(6, 12, 6, 0.5, 512, 3)]
     assert list(zip(spread["input_lens"], spread["output_lens"], strict=True)) == drawn
     assert len(set(drawn)) > 1
+    # a prompts file: every entry once before any repeats, its text's tokens counted by
+    # the server, each with its own output length
+    dataset = (("hello world", 3), ("the snow man", 4), ([7, 8, 9, 10], 2))
+    served = asyncio.run(run_load(LoadSpec(
+        base_url=server, num_prompts=6, dataset=dataset, max_concurrency=3,
+        num_warmups=0, seed=1, api_key="test-key-123")))
+    assert served["completed"] == 6 and sorted(served["output_lens"]) == [2, 2, 3, 3, 4, 4]
+    assert 4 in served["input_lens"] and all(n > 0 for n in served["input_lens"])
 
 
 @pytest.mark.parametrize("text", ["kane ☃ wörld", "日本語"])

@@ -8,7 +8,9 @@ Arrivals: all at once (rate ``inf``) or gamma-distributed gaps (shape = burstine
 1 = Poisson) rescaled so the run lasts N / rate seconds; ``max_concurrency`` closes the
 loop. Prompts are random token ids, so no dataset is needed: of a set length, or, with
 ``range_ratio`` r (vLLM's ``--random-range-ratio``), each request's prompt and output
-lengths drawn uniformly from [L * (1 - r), L * (1 + r)] around the set ones.
+lengths drawn uniformly from [L * (1 - r), L * (1 + r)] around the set ones. Or the
+prompts come from a file (:func:`read_prompts`: text or token ids, each with its output
+length), sampled in a seeded order and repeated when the run needs more.
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
-__all__ = ["LoadSpec", "RequestRecord", "arrival_gaps", "random_prompts", "random_requests",
-           "run_load", "summarise"]
+__all__ = ["LoadSpec", "Prompt", "RequestRecord", "arrival_gaps", "random_prompts",
+           "random_requests", "read_prompts", "run_load", "summarise"]
+
+Prompt = str | list[int]  # text, or token ids
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
@@ -48,6 +53,7 @@ class LoadSpec:
     percentiles: tuple[float, ...] = (99.0,)
     goodput: dict[str, float] = field(default_factory=dict)   # metric -> SLO in ms
     timeout_s: float = 600.0
+    dataset: tuple[tuple[Prompt, int], ...] = ()  # (prompt, output length); else random
 
 
 @dataclass(slots=True)
@@ -94,6 +100,49 @@ def random_requests(count: int, input_len: int, output_len: int, range_ratio: fl
     return [(prompt[:n], out) for prompt, (n, out) in zip(prompts, lengths, strict=True)]
 
 
+def read_prompts(path: Path, output_len: int) -> list[tuple[Prompt, int]]:
+    """(prompt, output length) pairs from a JSON array or JSON lines of objects with a
+    ``prompt`` (text, or a list of token ids) and optionally ``output_len`` (else
+    ``output_len``); ValueError naming the first bad entry."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} cannot be read: {exc}") from exc
+    try:
+        entries = json.loads(text) if text.lstrip().startswith("[") else [
+            json.loads(line) for line in text.splitlines() if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is neither a JSON array nor JSON lines: {exc}") from exc
+    if not entries:
+        raise ValueError(f"{path} holds no prompts")
+    pairs = []
+    for index, entry in enumerate(entries):
+        prompt = entry.get("prompt") if isinstance(entry, dict) else None
+        length = entry.get("output_len", output_len) if isinstance(entry, dict) else None
+        value: Prompt
+        if isinstance(prompt, str) and prompt:
+            value = prompt
+        elif isinstance(prompt, list) and prompt and all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+            value = [int(t) for t in prompt]
+        else:
+            raise ValueError(f"{path}, entry {index}: expected {{\"prompt\": text or token "
+                             f"ids, \"output_len\": N}}, got {json.dumps(entry)[:80]}")
+        if not isinstance(length, int) or isinstance(length, bool) or length < 2:
+            raise ValueError(f"{path}, entry {index}: output_len must be an integer of at "
+                             f"least 2, got {length!r}")
+        pairs.append((value, length))
+    return pairs
+
+
+def _sampled(dataset: Sequence[tuple[Prompt, int]], count: int, seed: int
+             ) -> list[tuple[Prompt, int]]:
+    """``count`` entries in a seeded order, each used once before any repeats."""
+    order = list(range(len(dataset)))
+    random.Random(seed).shuffle(order)
+    return [dataset[order[i % len(order)]] for i in range(count)]
+
+
 def arrival_gaps(count: int, rate: float, burstiness: float, seed: int) -> list[float]:
     """Gaps before each request: zero for ``inf``, else gamma(burstiness) draws scaled so
     they sum to count / rate."""
@@ -104,9 +153,9 @@ def arrival_gaps(count: int, rate: float, burstiness: float, seed: int) -> list[
     return list(gaps * (count / rate) / gaps.sum())
 
 
-async def _one(client: httpx.AsyncClient, model: str, prompt: list[int], max_tokens: int
+async def _one(client: httpx.AsyncClient, model: str, prompt: Prompt, max_tokens: int
                ) -> RequestRecord:
-    record = RequestRecord(prompt_len=len(prompt))
+    record = RequestRecord(prompt_len=len(prompt))  # a text's tokens come with the usage
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens,
             "temperature": 0.0, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}
@@ -122,6 +171,7 @@ async def _one(client: httpx.AsyncClient, model: str, prompt: list[int], max_tok
                 chunk = json.loads(line[6:])
                 if chunk.get("usage"):
                     record.output_tokens = chunk["usage"]["completion_tokens"]
+                    record.prompt_len = chunk["usage"].get("prompt_tokens", record.prompt_len)
                 if not chunk.get("choices"):
                     continue
                 now = time.perf_counter()
@@ -153,13 +203,15 @@ async def run_load(spec: LoadSpec) -> dict[str, Any]:
         card = await _model_card(client)
         model = spec.model or card["id"]
         vocab = int(card.get("vocab_size", 256))
-        requests = random_requests(spec.num_prompts + spec.num_warmups, spec.input_len,
-                                   spec.output_len, spec.range_ratio, vocab, spec.seed)
+        count = spec.num_prompts + spec.num_warmups
+        requests: list[tuple[Prompt, int]] = [*random_requests(
+            count, spec.input_len, spec.output_len, spec.range_ratio, vocab, spec.seed)] \
+            if not spec.dataset else _sampled(spec.dataset, count, spec.seed)
         for prompt, max_tokens in requests[:spec.num_warmups]:
             await _one(client, model, prompt, max_tokens)
         gate = asyncio.Semaphore(spec.max_concurrency or len(requests))
 
-        async def limited(request: tuple[list[int], int]) -> RequestRecord:
+        async def limited(request: tuple[Prompt, int]) -> RequestRecord:
             async with gate:
                 return await _one(client, model, *request)
 

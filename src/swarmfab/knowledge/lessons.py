@@ -46,7 +46,8 @@ MIN_LOG_SE = 0.005  # no single measurement is trusted to better than half a per
 SHAPE_CLASSES = ("decode", "prefill-xs", "prefill-s", "prefill-m", "prefill-l")
 _LABEL = re.compile(r"B(\d+) T(\d+) H(\d+)(?:/HV(\d+))? K(\d+) V(\d+)")
 # an engine run's label (serving.goal.EngineGoal.run_label): model size, then traffic
-_ENGINE_LABEL = re.compile(r"^([\d.]+)([KMBT]?) (?:c(\d+)|\S+ req/s) in\d+ out\d+(?: r[\d.]+)?$")
+_ENGINE_LABEL = re.compile(r"^([\d.]+)([KMBT]?) (?:c(\d+)|\S+ req/s) "
+                           r"(?:in\d+ out\d+(?: r[\d.]+)?|prompts:\S+)$")
 _SCALE = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
 
 

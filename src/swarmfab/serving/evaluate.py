@@ -223,7 +223,7 @@ def load_once(url: str, goal: EngineGoal, seed: int, num_prompts: int | None = N
     traffic = goal.traffic
     spec = LoadSpec(base_url=url, num_prompts=num_prompts or traffic.num_prompts,
                     input_len=traffic.input_len, output_len=traffic.output_len,
-                    range_ratio=traffic.range_ratio,
+                    range_ratio=traffic.range_ratio, dataset=traffic.dataset(),
                     request_rate=traffic.request_rate, burstiness=traffic.burstiness,
                     max_concurrency=traffic.concurrency, num_warmups=1, seed=seed,
                     goodput=goal.objective.slos(), timeout_s=120.0)

@@ -16,7 +16,9 @@ kernel factory's in miniature, with the same parts:
    (:func:`~swarmfab.swarm.gate.judge`) crowns it only when it serves more with
    statistical support and meets the objective;
 4. at the end the default and the champion are measured side by side again, so the
-   gain the run reports is one measurement, not a product of steps.
+   gain the run reports is one measurement, not a product of steps. Time for that is
+   kept back only once a recipe has been crowned: a crown over the default is itself
+   such a measurement, and where no time is left to repeat it, it is the one reported.
 
 Every verdict goes to the store as it arrives (run, candidates with their recipe as
 source, verdicts, champion, events), so ``show``, ``runs`` and ``report`` read an engine
@@ -49,6 +51,7 @@ from swarmfab.knowledge import LessonContext, Store
 from swarmfab.knowledge.recall import Recalled
 from swarmfab.records import Candidate, CheckResult, Estimate, Lesson, Status, Verdict
 from swarmfab.serving.evaluate import (
+    Comparison,
     EngineProcess,
     EngineStartError,
     compare,
@@ -155,6 +158,11 @@ class _Search:
         self.auto_threads = auto_threads(model_dir)  # what threads = "auto" resolves to
         self.load_s = 0.0  # one load run of the goal's traffic, measured on the default
         self.eval_s = 0.0  # the latest measured evaluation: whether another still fits
+        self.closing_s = 0.0  # what the closing comparison needs at least
+        self.last_pair: Comparison | None = None  # the latest evaluation's load rounds
+        # the champion's crowning comparison, when it was crowned against the default:
+        # itself a side-by-side measurement of the two (see _closing)
+        self.crowned_over_default: Comparison | None = None
 
     def close(self) -> None:
         if self.incumbent is not None:
@@ -201,8 +209,14 @@ class _Search:
         champion = self._recorded_champion(default)
         # what a comparison costs at least: a start and min_rounds load runs of each side,
         # and the offered-load runs after it
-        closing_s = startup_s + 2 * goal.min_rounds * load_s + self._offered_s()
+        closing_s = self.closing_s = startup_s + 2 * goal.min_rounds * load_s \
+            + self._offered_s()
         self.eval_s = closing_s + (measured - started - startup_s)  # + verification
+
+        def reserve() -> float:
+            """Time kept for the closing comparison: none while the default is champion,
+            since a crown over the default is that comparison already."""
+            return 0.0 if champion.id == default.id else closing_s
         evaluated = {default.id, *(candidate.id for candidate, _ in judged)}
         recent = [verdict for _, verdict in judged if verdict.candidate_id != default.id]
         if recent:
@@ -216,7 +230,7 @@ class _Search:
         # a resumed run draws afresh rather than replaying the proposals it has judged
         rng = random.Random(f"{goal.seed}/{len(recent)}" if recent else goal.seed)
         turn = idle = 0
-        while idle < len(agents) and self.budget.left() > self.eval_s + closing_s:
+        while idle < len(agents) and self.budget.left() > self.eval_s + reserve():
             if goal.max_evaluations is not None and self.evaluations >= goal.max_evaluations:
                 break
             agent = agents[turn % len(agents)]
@@ -239,7 +253,7 @@ class _Search:
             candidate = proposals[0]
             evaluated.add(candidate.id)
             verdict, process = self._evaluate(candidate, champion.id, prompts, reference,
-                                               closing_s)
+                                               reserve())
             self.evaluations += 1
             recent.append(verdict)
             self.store.record(self.run_id, candidate, verdict)
@@ -251,17 +265,19 @@ class _Search:
             if decision.promote and process is not None:
                 assert self.incumbent is not None
                 self.incumbent.stop()
+                self.crowned_over_default = self.last_pair if champion.id == default.id \
+                    else None
                 self.incumbent, champion = process, candidate
                 self.store.set_champion(self.run_id, candidate.id)
                 self.store.record_event(self.run_id, "champion",
                                         f"{candidate.id}: {_knobs(changed)}; {decision.reason}")
             elif process is not None:
                 process.stop()
-        if self.evaluations == 0 and self.budget.left() <= self.eval_s + closing_s:
+        if self.evaluations == 0 and self.budget.left() <= self.eval_s:
             self.log(f"no evaluation fits the {self.budget.left():.0f} s left: one needs "
-                     f"about {self.eval_s + closing_s:.0f} s with the closing comparison "
-                     f"({goal.min_rounds} rounds of two {load_s:.0f} s load runs, a "
-                     f"{startup_s:.0f} s start); raise the budget or lighten the traffic")
+                     f"about {self.eval_s:.0f} s ({goal.min_rounds} rounds of two "
+                     f"{load_s:.0f} s load runs, a {startup_s:.0f} s start, the "
+                     "verification); raise the budget or lighten the traffic")
         return self._closing(default, champion)
 
     def _offered_s(self) -> float:
@@ -362,6 +378,7 @@ class _Search:
             status = Status.CRASHED if not process.alive() else Status.REJECTED
             return failed(status, f"load failed: {exc}", process.log_tail())
         self.eval_s = time.monotonic() - started  # the latest: rounds vary with noise
+        self.last_pair = pair
         self._measured(candidate.id, "candidate", pair.candidate)
         verdict = comparison_verdict(candidate.id, incumbent_id, pair, checks, self.goal,
                                      time.monotonic() - started, self.label)
@@ -386,14 +403,22 @@ class _Search:
             f"({wrong[0].case}: {wrong[0].detail})")
 
     def _closing(self, default: Candidate, champion: Candidate) -> EngineRunResult:
-        """Default and champion side by side once more: the run's gain."""
+        """Default and champion side by side once more: the run's gain. Where no time is
+        left for that and the champion was crowned over the default itself, its crowning
+        comparison is the side-by-side measurement reported."""
         assert self.incumbent is not None
-        gain: Estimate | None = None
-        default_metric = champion_metric = 0.0
         if champion.id == default.id:
             self.log("no recipe beat the default settings")
             self._offered({default.id: self.incumbent.url})
+            return EngineRunResult(self.run_id, default.id, champion.id, dict(champion.knobs),
+                                   self.evaluations, None, 0.0, 0.0)
+        crowning = self.crowned_over_default
+        if crowning is not None and self.budget.left() < self.closing_s:
+            pair, source = crowning, "crowning"
+            self.log("no time left for a closing comparison: the gain is the champion's "
+                     "crowning comparison with the default")
         else:
+            source = "closing"
             with self._process(default, "closing.log") as reference:  # keep the first log
                 reference.start(min(self.goal.startup_timeout_s,
                                     max(1.0, self.budget.left())))
@@ -402,17 +427,16 @@ class _Search:
                 pair = compare(reference.url, self.incumbent.url, self.goal,
                                time.monotonic() + max(0.0, left))
                 self._offered({default.id: reference.url, champion.id: self.incumbent.url})
-            ratio = pair.ratio()
-            gain = ratio.inverted()
-            default_metric, champion_metric = _median(pair.incumbent), _median(pair.candidate)
-            self._measured(default.id, "closing-default", pair.incumbent)
-            self._measured(champion.id, "closing-champion", pair.candidate)
-            self.store.record_event(self.run_id, "closing", json.dumps({
-                "gain": [gain.median, gain.low, gain.high], "rounds": len(pair.candidate),
-                "default": default_metric, "champion": champion_metric}))
-            self.log(f"champion {champion.id} against the default, side by side: "
-                     f"{self.goal.metric} {default_metric:.3g} -> {champion_metric:.3g}, "
-                     f"x{gain.median:.2f} [{gain.low:.2f}, {gain.high:.2f}]")
+        gain = pair.ratio().inverted()
+        default_metric, champion_metric = _median(pair.incumbent), _median(pair.candidate)
+        self._measured(default.id, "closing-default", pair.incumbent)
+        self._measured(champion.id, "closing-champion", pair.candidate)
+        self.store.record_event(self.run_id, "closing", json.dumps({
+            "gain": [gain.median, gain.low, gain.high], "rounds": len(pair.candidate),
+            "default": default_metric, "champion": champion_metric, "source": source}))
+        self.log(f"champion {champion.id} against the default, side by side: "
+                 f"{self.goal.metric} {default_metric:.3g} -> {champion_metric:.3g}, "
+                 f"x{gain.median:.2f} [{gain.low:.2f}, {gain.high:.2f}]")
         return EngineRunResult(self.run_id, default.id, champion.id, dict(champion.knobs),
                                self.evaluations, gain, default_metric, champion_metric)
 

@@ -11,6 +11,8 @@ A TOML file with ``kind = "engine"``::
     input_len = 64
     output_len = 32
     range_ratio = 0.5             # lengths uniform in [L/2, 3L/2] (vLLM's); 0: exactly L
+    # prompts_file = "prompts.jsonl"  # or your prompts: {"prompt": text or ids,
+    #                                 # "output_len": N} per line, or a JSON array
     num_prompts = 32
     concurrency = 8               # a closed loop; or request_rate (+ burstiness)
 
@@ -33,6 +35,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from swarmfab.engine.loadgen import Prompt, read_prompts
 from swarmfab.errors import GoalError
 from swarmfab.goal import describe_errors, parse_duration
 
@@ -47,11 +50,15 @@ class _Strict(BaseModel):
 
 class Traffic(_Strict):
     """The requests a measurement sends: random token-id prompts, greedy, EOS ignored;
-    with ``range_ratio`` r, each request's lengths drawn from [L * (1 - r), L * (1 + r)]."""
+    with ``range_ratio`` r, each request's lengths drawn from [L * (1 - r), L * (1 + r)];
+    with ``prompts_file``, the file's prompts and output lengths instead
+    (:func:`~swarmfab.engine.loadgen.read_prompts`; ``output_len`` where an entry has
+    none)."""
 
     input_len: Annotated[int, Field(ge=1, le=65_536)] = 32
     output_len: Annotated[int, Field(ge=2, le=65_536)] = 32
     range_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    prompts_file: str | None = None
     num_prompts: Annotated[int, Field(ge=2, le=100_000)] = 32
     concurrency: Annotated[int | None, Field(ge=1, le=4096)] = 8
     request_rate: Annotated[float, Field(gt=0)] = math.inf
@@ -62,11 +69,20 @@ class Traffic(_Strict):
         if self.concurrency is None and math.isinf(self.request_rate):
             raise ValueError("give a concurrency (closed loop) or a finite request_rate "
                              "(open loop); both unbounded would send every request at once")
+        self.dataset()  # a file that cannot serve is refused with the goal
         return self
+
+    def dataset(self) -> tuple[tuple[Prompt, int], ...]:
+        """The prompts file's (prompt, output length) pairs; empty for random prompts."""
+        if self.prompts_file is None:
+            return ()
+        return tuple(read_prompts(Path(self.prompts_file), self.output_len))
 
     def label(self) -> str:
         arrivals = (f"c{self.concurrency}" if math.isinf(self.request_rate)
                     else f"{self.request_rate:g} req/s")
+        if self.prompts_file is not None:
+            return f"{arrivals} prompts:{Path(self.prompts_file).name}"
         spread = f" r{self.range_ratio:g}" if self.range_ratio else ""
         return f"{arrivals} in{self.input_len} out{self.output_len}{spread}"
 
@@ -196,7 +212,7 @@ def is_engine_goal(path: Path) -> bool:
 
 def load_engine_goal(path: Path, **changes: Any) -> EngineGoal:
     """Read and validate an engine goal; ``changes`` (not None) replace the file's values.
-    A relative model directory is taken relative to the goal file."""
+    A relative model directory or prompts file is taken relative to the goal file."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -204,6 +220,11 @@ def load_engine_goal(path: Path, **changes: Any) -> EngineGoal:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise GoalError(f"goal file {path} cannot be read: {exc}") from exc
     data.update({k: v for k, v in changes.items() if v is not None})
+    traffic = data.get("traffic")
+    if isinstance(traffic, dict) and isinstance(traffic.get("prompts_file"), str) \
+            and not Path(traffic["prompts_file"]).is_absolute():
+        data["traffic"] = {**traffic, "prompts_file": str(
+            (path.parent / traffic["prompts_file"]).resolve())}
     model = data.get("model")
     if isinstance(model, str) and not model.startswith(RANDOM_PREFIX) \
             and not Path(model).is_absolute():
