@@ -76,6 +76,23 @@ def test_prefill_chunks_group_while_padding_stays_within_twice_the_real_tokens()
     first.scatter(out, padded)
     assert out[2:66, 0].tolist() == list(range(2, 66)) and out[66:68].eq(-1).all()
     assert out[68:71, 0].tolist() == [68, 69, 70]
+    assert first.first is None and groups[1].first == 66     # a lone chunk is a view
+
+
+def test_adjacent_chunks_of_one_length_are_gathered_as_a_view_of_the_packed_rows() -> None:
+    lens = (1, 4, 4, 4)                          # a decode, then three chunks of 4
+    rows = torch.zeros(sum(lens), dtype=torch.long)
+    batch = StepBatch(torch.zeros(sum(lens), dtype=torch.long), lens, 1, (0, 1, 2, 3),
+                      rows, rows[None], lens, torch.arange(1))
+    (group,) = prefill_groups(batch)
+    assert group.first == 1 and group.seqs.tolist() == [1, 2, 3]
+    x = torch.arange(float(sum(lens) * 2)).view(-1, 2)
+    padded = group.gather(x)
+    assert padded.shape == (3, 4, 2) and padded.data_ptr() == x[1].data_ptr()
+    assert torch.equal(padded, x[group.rows])        # what the padded path would gather
+    out = torch.full_like(x, -1.0)
+    group.scatter(out, padded * 2)
+    assert torch.equal(out[1:], x[1:] * 2) and out[0].eq(-1).all()
 
 
 @pytest.mark.parametrize("choice", ["auto", "dense", "loop"])

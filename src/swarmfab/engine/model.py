@@ -61,19 +61,23 @@ class PrefillGroup:
     lengths: torch.Tensor    # [P] new tokens per sequence
     slots: torch.Tensor      # [P] KDA state slots
 
-    span: tuple[int, int] | None = None  # (first row, rows): one unpadded chunk
+    first: int | None = None  # the group's first row when it is unpadded and contiguous
 
     def gather(self, x: torch.Tensor) -> torch.Tensor:
-        """``x[N, ...]`` as ``[P, T, ...]``, zero where padded (a view of ``x`` for one
-        chunk alone: read it, never write it)."""
-        if self.span is not None:
-            first, count = self.span
-            return x[first:first + count].unsqueeze(0)
+        """``x[N, ...]`` as ``[P, T, ...]``, zero where padded (a view of ``x`` when the
+        chunks are of one length and adjacent: read it, never write it)."""
+        if self.first is not None:
+            count = self.rows.numel()
+            return x[self.first:self.first + count].view(*self.rows.shape, *x.shape[1:])
         mask = self.valid.view(*self.valid.shape, *(1,) * (x.dim() - 1))
         return x[self.rows].masked_fill(~mask, 0)
 
     def scatter(self, out: torch.Tensor, padded: torch.Tensor) -> None:
         """Write the real positions of ``padded[P, T, ...]`` back into ``out[N, ...]``."""
+        if self.first is not None:
+            count = self.rows.numel()
+            out[self.first:self.first + count] = padded.reshape(count, *padded.shape[2:])
+            return
         out[self.rows[self.valid]] = padded[self.valid].to(out.dtype)
 
 
@@ -97,9 +101,13 @@ def prefill_groups(batch: StepBatch, waste: float = 2.0) -> list[PrefillGroup]:
         valid = torch.arange(width)[None, :] < lengths[:, None]
         first = torch.tensor([first_row[s] for s in seqs])
         rows = torch.where(valid, first[:, None] + torch.arange(width)[None, :], 0)
+        # chunks of one length, each starting where the last ends: the packed rows are
+        # already the [P, T] block, so gathering and scattering are a view and a copy
+        adjacent = all(lens[s] == width and first_row[s] == first_row[seqs[0]] + i * width
+                       for i, s in enumerate(seqs))
         groups.append(PrefillGroup(torch.tensor(seqs), rows, valid, lengths,
                                    torch.tensor([batch.state_slots[s] for s in seqs]),
-                                   (first_row[seqs[0]], width) if len(seqs) == 1 else None))
+                                   first_row[seqs[0]] if adjacent else None))
     return groups
 
 
