@@ -89,6 +89,8 @@ def test_engine_goals_are_validated_field_by_field(tmp_path: Path) -> None:
     goal = load_engine_goal(file)
     assert goal.model == str(tmp_path / "ckpt")          # relative to the goal file
     assert goal.traffic.dataset() == (("hi", 4),)        # so is the prompts file
+    prompts.write_text("not json")      # read with the goal: every run sends the same
+    assert goal.at_load(2).traffic.dataset() == (("hi", 4),)
     assert goal.traffic.label() == "c8 prompts:prompts.jsonl"
     assert shape_class(goal.run_label(153_000_000)) == "engine-s-c8"
     with pytest.raises(GoalError, match=r"no config\.json"):

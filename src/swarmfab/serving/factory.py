@@ -147,6 +147,16 @@ def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
     return result
 
 
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """One evaluation: its verdict and, when the candidate was measured, its running
+    engine and the load rounds beside the incumbent."""
+
+    verdict: Verdict
+    process: EngineProcess | None = None
+    pair: Comparison | None = None
+
+
 class _Search:
     def __init__(self, goal: EngineGoal, store: Store, run_id: str, model_dir: Path,
                  workdir: Path, budget: _Budget, log: Log, label: str):
@@ -159,7 +169,6 @@ class _Search:
         self.load_s = 0.0  # one load run of the goal's traffic, measured on the default
         self.eval_s = 0.0  # the latest measured evaluation: whether another still fits
         self.closing_s = 0.0  # what the closing comparison needs at least
-        self.last_pair: Comparison | None = None  # the latest evaluation's load rounds
         # the champion's crowning comparison, when it was crowned against the default:
         # itself a side-by-side measurement of the two (see _closing)
         self.crowned_over_default: Comparison | None = None
@@ -252,8 +261,9 @@ class _Search:
             idle = 0
             candidate = proposals[0]
             evaluated.add(candidate.id)
-            verdict, process = self._evaluate(candidate, champion.id, prompts, reference,
-                                               reserve())
+            outcome = self._evaluate(candidate, champion.id, prompts, reference,
+                                     reserve())
+            verdict, process = outcome.verdict, outcome.process
             self.evaluations += 1
             recent.append(verdict)
             self.store.record(self.run_id, candidate, verdict)
@@ -265,7 +275,7 @@ class _Search:
             if decision.promote and process is not None:
                 assert self.incumbent is not None
                 self.incumbent.stop()
-                self.crowned_over_default = self.last_pair if champion.id == default.id \
+                self.crowned_over_default = outcome.pair if champion.id == default.id \
                     else None
                 self.incumbent, champion = process, candidate
                 self.store.set_champion(self.run_id, candidate.id)
@@ -343,16 +353,17 @@ class _Search:
         return champion
 
     def _evaluate(self, candidate: Candidate, incumbent_id: str, prompts: list[list[int]],
-                  reference: list[list[int]], closing_s: float
-                  ) -> tuple[Verdict, EngineProcess | None]:
-        """The verdict, and the candidate's running process when it was measured."""
+                  reference: list[list[int]], closing_s: float) -> _Outcome:
+        """The verdict; when the candidate was measured, its running process and the
+        load rounds beside the incumbent."""
         started = time.monotonic()
         process = self._process(candidate)
 
-        def failed(status: Status, reason: str, log: str = "") -> tuple[Verdict, None]:
+        def failed(status: Status, reason: str, log: str = "") -> _Outcome:
             process.stop()
-            return Verdict(candidate.id, status, reason, elapsed_s=time.monotonic() - started,
-                           diagnostics=(log,) if log else ()), None
+            return _Outcome(Verdict(candidate.id, status, reason,
+                                    elapsed_s=time.monotonic() - started,
+                                    diagnostics=(log,) if log else ()))
 
         try:
             process.start(min(self.goal.startup_timeout_s,
@@ -367,8 +378,8 @@ class _Search:
                           process.log_tail())
         if wrong:
             process.stop()
-            return Verdict(candidate.id, Status.REJECTED, wrong, tuple(checks),
-                           elapsed_s=time.monotonic() - started), None
+            return _Outcome(Verdict(candidate.id, Status.REJECTED, wrong, tuple(checks),
+                                    elapsed_s=time.monotonic() - started))
         assert self.incumbent is not None
         try:
             warm_up(process.url, self.goal)
@@ -378,11 +389,10 @@ class _Search:
             status = Status.CRASHED if not process.alive() else Status.REJECTED
             return failed(status, f"load failed: {exc}", process.log_tail())
         self.eval_s = time.monotonic() - started  # the latest: rounds vary with noise
-        self.last_pair = pair
         self._measured(candidate.id, "candidate", pair.candidate)
         verdict = comparison_verdict(candidate.id, incumbent_id, pair, checks, self.goal,
                                      time.monotonic() - started, self.label)
-        return verdict, process
+        return _Outcome(verdict, process, pair)
 
     def _verify(self, candidate: Candidate, url: str, prompts: list[list[int]],
                 reference: list[list[int]]) -> tuple[list[CheckResult], str]:

@@ -33,7 +33,15 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from swarmfab.engine.loadgen import Prompt, read_prompts
 from swarmfab.errors import GoalError
@@ -63,20 +71,22 @@ class Traffic(_Strict):
     concurrency: Annotated[int | None, Field(ge=1, le=4096)] = 8
     request_rate: Annotated[float, Field(gt=0)] = math.inf
     burstiness: Annotated[float, Field(gt=0)] = 1.0
+    _dataset: tuple[tuple[Prompt, int], ...] = PrivateAttr(default=())
 
     @model_validator(mode="after")
     def _bounded(self) -> Traffic:
         if self.concurrency is None and math.isinf(self.request_rate):
             raise ValueError("give a concurrency (closed loop) or a finite request_rate "
                              "(open loop); both unbounded would send every request at once")
-        self.dataset()  # a file that cannot serve is refused with the goal
+        # read once, with the goal: a file that cannot serve is refused with it, and
+        # every measurement of a run sends the same prompts
+        if self.prompts_file is not None:
+            self._dataset = tuple(read_prompts(Path(self.prompts_file), self.output_len))
         return self
 
     def dataset(self) -> tuple[tuple[Prompt, int], ...]:
         """The prompts file's (prompt, output length) pairs; empty for random prompts."""
-        if self.prompts_file is None:
-            return ()
-        return tuple(read_prompts(Path(self.prompts_file), self.output_len))
+        return self._dataset
 
     def label(self) -> str:
         arrivals = (f"c{self.concurrency}" if math.isinf(self.request_rate)
