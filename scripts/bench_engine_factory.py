@@ -10,8 +10,8 @@ the default settings, the champion recipe and HF ``generate`` side by side in on
 
 Printed: medians over the rounds with the vLLM metric names (``request_goodput``,
 ``output_throughput``, ``p99_ttft_ms``, ``p99_tpot_ms``), and the champion / default and
-champion / HF ratios of the goal's metric with 95% bootstrap intervals of the paired
-per-round ratios.
+champion / HF ratios of the goal's metric and of output tokens/s, with 95% bootstrap
+intervals of the paired per-round ratios (none where the other side scored 0 in a round).
 """
 
 from __future__ import annotations
@@ -137,16 +137,23 @@ def report(goal: Any, run_id: str, settings: dict[str, Any],
     for name, rows in figures.items():
         print(f"| {name} | " + " | ".join(
             f"{statistics.median(r[k] for r in rows):.3g}" for k in keys) + " |")
-    floor = 1e-9
-    ratios = {}
+    ratios: dict[str, dict[str, list[float] | None]] = {}
     for other in ("default", "hf"):
-        ratio = paired_ratio([max(r["metric"], floor) for r in figures["champion"]],
-                             [max(r["metric"], floor) for r in figures[other]])
-        ratios[other] = [ratio.median, ratio.low, ratio.high]
-        shown = "x" + ", ".join("inf" if value > 1e6 else f"{value:.2f}"
-                                for value in (ratio.median, ratio.low, ratio.high))
-        shown = shown.replace(", ", " [", 1) + "]"
-        print(f"champion / {other}: {goal.metric} {shown}")
+        ratios[other] = {}
+        for metric in dict.fromkeys((goal.metric, "output_throughput")):
+            mine = [float(r["metric" if metric == goal.metric else metric])
+                    for r in figures["champion"]]
+            theirs = [float(r["metric" if metric == goal.metric else metric])
+                      for r in figures[other]]
+            if min(theirs) <= 0:  # a ratio over nothing is no figure: say what happened
+                ratios[other][metric] = None
+                print(f"champion / {other}: {metric}: {other} scored 0 in a round "
+                      f"(champion median {statistics.median(mine):.3g})")
+                continue
+            ratio = paired_ratio(mine, theirs)
+            ratios[other][metric] = [ratio.median, ratio.low, ratio.high]
+            print(f"champion / {other}: {metric} x{ratio.median:.2f} "
+                  f"[{ratio.low:.2f}, {ratio.high:.2f}]")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"run": run_id, "goal": goal.model_dump(mode="json"),
                                "champion": settings, "rounds": figures, "ratios": ratios},
