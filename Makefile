@@ -84,7 +84,7 @@ bench-peers: $(STAMP)
 gpu-compile-check: $(STAMP)
 	$(BIN)/pip freeze | grep '^torch==' > $(VENV)/torch-pin.txt  # Triton must not replace torch
 	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt -e ".[gpu]"
-	$(BIN)/python -m swarmfab.kernels.delta_gpu.compile_check
+	$(BIN)/python -m swarmfab.backends.gpu_compile_check
 
 # built-in agents vs uniform random search over the same space: 3 seeds, 30 evaluations
 # each, every distinct candidate built, verified and timed once (about 10 min on 2 cores)

@@ -43,10 +43,9 @@ import threadpoolctl
 import torch
 
 from swarmfab.backends import get_backend
-from swarmfab.kernels import design_space
 from swarmfab.measure import CONFIRMATION, median_ci, paired_ratio, time_interleaved
 from swarmfab.records import Estimate
-from swarmfab.workloads import Case, Inputs, Shape, get_workload
+from swarmfab.workloads import Case, Inputs, Shape, design_space, get_workload
 from swarmfab.workloads import _ggml as ggml
 
 WORKLOAD = "kda"

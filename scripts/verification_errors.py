@@ -13,8 +13,7 @@ from pathlib import Path
 import torch
 
 from swarmfab.backends import CBackend
-from swarmfab.kernels import design_space
-from swarmfab.workloads import Outputs, get_workload
+from swarmfab.workloads import Outputs, design_space, get_workload
 
 
 def rms_ratio(out: Outputs, ref: Outputs) -> float:

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from swarmfab.kernels import DesignSpace, design_space
+from swarmfab.kernels import DesignSpace
 from swarmfab.kernels._host import all_isa_names, isa_targets
 from swarmfab.records import Candidate
+from swarmfab.workloads import design_space
 from swarmfab.workloads.kda import KDA
 
 torch.set_num_threads(1)

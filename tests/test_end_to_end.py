@@ -154,8 +154,8 @@ MADE_UP_FEATURE = "avx9000"  # no CPU reports it
 def _package_requiring(required: list[str], tmp_path: Path) -> Path:
     """An exported KDA package (the template at its default knobs) whose import checks
     for ``required``; returns the directory to put on PYTHONPATH."""
-    from swarmfab.kernels import design_space
     from swarmfab.report.export import _init_source
+    from swarmfab.workloads import design_space
 
     class FakeRun:
         workload, id = "kda", "r1"

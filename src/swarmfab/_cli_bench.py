@@ -179,7 +179,7 @@ def bench(
 def _bench_candidate(store: Store, workload: str, which: str, run_id: str | None,
                      threads: int, device: str = "cpu") -> Any:
     from swarmfab.errors import StoreError
-    from swarmfab.kernels import design_space
+    from swarmfab.workloads import design_space
 
     if which == "default":
         space = design_space(workload, device)
@@ -219,10 +219,10 @@ def bench_policy(
 ) -> None:
     """The built-in agents against uniform random search over the same design space."""
     from swarmfab.goal import default_goal
-    from swarmfab.kernels import design_space
     from swarmfab.knowledge import Store
     from swarmfab.report import policy_table
     from swarmfab.swarm.policy_bench import SpeedOracle, compare_policies, summary
+    from swarmfab.workloads import design_space
 
     goal = default_goal(workload).with_overrides(threads=threads)
     space = design_space(workload)

@@ -259,9 +259,9 @@ def execute_goal(goal: Any, store: Store, workdir: Path, resume: str | None,
         StartingPointsAgent,
         bandit_agents,
     )
-    from swarmfab.kernels import design_space
     from swarmfab.report.progress import LiveProgress
     from swarmfab.swarm import Run
+    from swarmfab.workloads import design_space
 
     require_device(goal.device)
     space = design_space(goal.workload, goal.device)

@@ -11,8 +11,9 @@ from swarmfab.agents import Context
 from swarmfab.agents.builtin import BanditAgent, RestartAgent, bandit_agents
 from swarmfab.agents.builtin.bandit import FAILURE_REWARD, lesson_priors, verdict_reward
 from swarmfab.goal import default_goal
-from swarmfab.kernels import DesignSpace, KnobValue, design_space
+from swarmfab.kernels import DesignSpace, KnobValue
 from swarmfab.records import Candidate, Estimate, Lesson, ShapeTiming, Status, Verdict
+from swarmfab.workloads import design_space
 
 GOAL = default_goal("kda").with_overrides(threads=1)
 

@@ -12,9 +12,8 @@ import pytest
 from swarmfab.backends import CudaBackend, TritonBackend, cuda_device_available
 from swarmfab.backends.gpu import cuda_arch, parse_nvcc_diagnostics, parse_triton_diagnostics
 from swarmfab.errors import BuildError, CandidateError
-from swarmfab.kernels import design_space
 from swarmfab.records import Candidate
-from swarmfab.workloads import get_workload
+from swarmfab.workloads import design_space, get_workload
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 no_device = pytest.mark.skipif(cuda_device_available(), reason="a CUDA device is present")

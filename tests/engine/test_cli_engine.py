@@ -47,8 +47,7 @@ def test_a_kda_kernel_file_fills_both_kda_slots(tmp_path: Path,
     import torch
 
     from swarmfab.cli import _kda_slots
-    from swarmfab.kernels import design_space
-    from swarmfab.workloads import get_workload
+    from swarmfab.workloads import design_space, get_workload
 
     space = design_space("kda")
     candidate = space.instantiate(space.default(), threads=1)

@@ -15,8 +15,7 @@ from swarmfab.engine.model import HybridModel
 from swarmfab.engine.request import FinishReason, SamplingParams
 from swarmfab.engine.slots import KernelSlots
 from swarmfab.errors import EngineError
-from swarmfab.kernels import design_space
-from swarmfab.workloads import get_workload
+from swarmfab.workloads import design_space, get_workload
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True)
 LENGTHS = (5, 23, 41, 2, 66, 9, 17, 30)

@@ -22,7 +22,6 @@ from swarmfab.engine.model import HybridModel
 from swarmfab.engine.request import SamplingParams
 from swarmfab.engine.weights import parameter_count
 from swarmfab.errors import EngineError, GoalError, SwarmfabError
-from swarmfab.kernels import design_space
 from swarmfab.knowledge import Store
 from swarmfab.knowledge.lessons import shape_class
 from swarmfab.records import CheckResult, Status, Verdict
@@ -51,6 +50,7 @@ from swarmfab.serving.numerics import Scores, numerics_checks, score_continuatio
 from swarmfab.serving.recipe import Recipe, engine_space, kda_champions, read_recipe
 from swarmfab.swarm.gate import judge
 from swarmfab.swarm.hosts import host_record
+from swarmfab.workloads import design_space
 
 GOAL = {"kind": "engine", "model": "random:tiny", "objective": {"p99_tpot_ms": 100}}
 

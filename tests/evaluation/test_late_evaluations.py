@@ -14,13 +14,12 @@ import torch
 from swarmfab.agents.builtin import RestartAgent, domain_agents
 from swarmfab.evaluation import Evaluator, Implementation
 from swarmfab.goal import Goal
-from swarmfab.kernels import design_space
 from swarmfab.knowledge import Store
 from swarmfab.measure import TimingPolicy
 from swarmfab.records import Candidate, Status
 from swarmfab.sandbox import Limits
 from swarmfab.swarm import Run, run
-from swarmfab.workloads import Shape, get_workload
+from swarmfab.workloads import Shape, design_space, get_workload
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 QUICK = TimingPolicy(min_rounds=3, max_rounds=8, max_seconds=1.0)

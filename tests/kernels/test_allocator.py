@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from swarmfab.kernels import design_space
 from swarmfab.kernels._allocator import glibc_malloc
+from swarmfab.workloads import design_space
 
 pytestmark = pytest.mark.skipif(not glibc_malloc(), reason="the C library is not glibc")
 

@@ -12,10 +12,10 @@ import torch
 from triton_interpreter import failed_checks
 
 from swarmfab.backends import cuda_device_available
+from swarmfab.backends import gpu_compile_check as compile_check
 from swarmfab.errors import WorkloadError
-from swarmfab.kernels import design_space
-from swarmfab.kernels.delta_gpu import KERNELS, compile_check, gpu_space, render_cuda, render_triton
-from swarmfab.workloads import Case, Distribution, Shape
+from swarmfab.kernels.delta_gpu import KERNELS, gpu_space, render_cuda, render_triton
+from swarmfab.workloads import Case, Distribution, Shape, design_space
 from swarmfab.workloads.kda import KDA
 
 gpu = pytest.mark.gpu

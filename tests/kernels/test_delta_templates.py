@@ -23,12 +23,12 @@ import pytest
 import torch
 
 from swarmfab.evaluation import Evaluator
-from swarmfab.kernels import DesignSpace, KnobValue, design_space
+from swarmfab.kernels import DesignSpace, KnobValue
 from swarmfab.kernels._host import all_isa_names, isa_targets
 from swarmfab.records import Status
 from swarmfab.sandbox import Limits
 from swarmfab.verify import draw_cases
-from swarmfab.workloads import Shape, get_workload
+from swarmfab.workloads import Shape, design_space, get_workload
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 

@@ -11,10 +11,10 @@ import pytest
 from swarmfab.agents import Context
 from swarmfab.agents.builtin import RecallAgent
 from swarmfab.goal import default_goal
-from swarmfab.kernels import design_space
 from swarmfab.knowledge import LessonContext, Store
 from swarmfab.knowledge.recall import Champion, project, recall_champions
 from swarmfab.records import Estimate, ShapeTiming, Status, Verdict
+from swarmfab.workloads import design_space
 
 HOST = {"machine": "x86_64", "threads": 2, "isa": "x86_64 avx avx2 avx512f fma"}
 OTHER_CPU = {"machine": "aarch64", "threads": 2, "isa": "aarch64"}

@@ -16,9 +16,9 @@ from swarmfab.agents.base import Context
 from swarmfab.agents.llm import LLMAgent, OpenAIProvider, Pricing, Spend
 from swarmfab.agents.llm.packer import Section, build_sections, pack
 from swarmfab.goal import Goal, default_goal
-from swarmfab.kernels import design_space
 from swarmfab.records import Candidate, CheckResult, Estimate, Lesson, ShapeTiming, Verdict
 from swarmfab.records import Status as Verdicts
+from swarmfab.workloads import design_space
 
 MARK = "/* knobs chosen by swarmfab */\n"
 # a correct edit of the design space's starting point (the chunked template)

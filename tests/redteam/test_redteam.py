@@ -36,13 +36,12 @@ from typer.testing import CliRunner, Result
 from swarmfab.backends import backend_for_file
 from swarmfab.cli import app
 from swarmfab.evaluation import Evaluator, Implementation
-from swarmfab.kernels import design_space
 from swarmfab.knowledge import Store
 from swarmfab.measure import TimingPolicy
 from swarmfab.records import Candidate, Status
 from swarmfab.sandbox import Limits
 from swarmfab.swarm.hosts import host_peaks
-from swarmfab.workloads import Shape, get_workload
+from swarmfab.workloads import Shape, design_space, get_workload
 
 CANDIDATES = Path(__file__).parent / "candidates"
 needs_cc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")

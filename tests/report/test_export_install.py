@@ -27,12 +27,12 @@ from typer.testing import CliRunner
 
 import swarmfab.report.export as exporting
 from swarmfab.cli import app
-from swarmfab.kernels import design_space
 from swarmfab.kernels._host import isa_targets
 from swarmfab.knowledge import Store
 from swarmfab.knowledge._schema import CandidateRow, RunRow, VerdictRow
 from swarmfab.records import Candidate
 from swarmfab.report.export import _VECTOR_FEATURES
+from swarmfab.workloads import design_space
 
 pytestmark = pytest.mark.slow
 

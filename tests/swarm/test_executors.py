@@ -16,13 +16,12 @@ import torch
 from swarmfab.agents.builtin import RestartAgent, domain_agents
 from swarmfab.evaluation import CoreBroker, Evaluator, Implementation
 from swarmfab.goal import Goal
-from swarmfab.kernels import design_space
 from swarmfab.knowledge import Store
 from swarmfab.records import Candidate
 from swarmfab.sandbox import JobStatus, Limits, run_job
 from swarmfab.swarm import Run
 from swarmfab.swarm.executors import Beside, Evaluation, LocalExecutor, default_workers
-from swarmfab.workloads import Case, get_workload
+from swarmfab.workloads import Case, design_space, get_workload
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")

@@ -16,14 +16,13 @@ from swarmfab.agents.builtin import RestartAgent, domain_agents
 from swarmfab.errors import GoalError
 from swarmfab.evaluation import Evaluator, SideBySide
 from swarmfab.goal import Goal
-from swarmfab.kernels import design_space
 from swarmfab.knowledge import Store
 from swarmfab.records import Estimate
 from swarmfab.sandbox import Limits
 from swarmfab.swarm import Run
 from swarmfab.swarm.budget import SETUP_SHARE, Budget
 from swarmfab.swarm.setup import Setup, busy_cores
-from swarmfab.workloads import get_workload
+from swarmfab.workloads import design_space, get_workload
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 SMALL = [{"B": 1, "T": 64, "H": 2, "K": 16, "V": 16},

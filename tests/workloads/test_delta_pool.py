@@ -21,9 +21,8 @@ import torch
 
 from swarmfab.backends._base import Artifact
 from swarmfab.backends.c import CBackend, load_symbol
-from swarmfab.kernels import design_space
 from swarmfab.verify import compare_outputs, probes
-from swarmfab.workloads import Case, Forward, Shape, get_workload
+from swarmfab.workloads import Case, Forward, Shape, design_space, get_workload
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 NAMES = ("q", "k", "v", "g", "beta")

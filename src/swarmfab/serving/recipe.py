@@ -195,9 +195,8 @@ def _c_kernel(setting: Mapping[str, Any], cache: Path) -> Any:
     import torch
 
     from swarmfab.backends import get_backend
-    from swarmfab.kernels import design_space
     from swarmfab.knowledge.recall import project
-    from swarmfab.workloads import get_workload
+    from swarmfab.workloads import design_space, get_workload
 
     space = design_space("kda")
     candidate = space.instantiate(project(setting, space), threads=torch.get_num_threads())

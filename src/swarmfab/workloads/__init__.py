@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from swarmfab.errors import WorkloadError
 from swarmfab.workloads._base import (
     AnyShape,
@@ -18,6 +20,9 @@ from swarmfab.workloads._base import (
 )
 from swarmfab.workloads._delta_pool import with_pools
 
+if TYPE_CHECKING:
+    from swarmfab.kernels import DesignSpace
+
 __all__ = [
     "AnyShape",
     "Case",
@@ -30,6 +35,7 @@ __all__ = [
     "Shape",
     "Tolerances",
     "Workload",
+    "design_space",
     "get_workload",
     "with_pools",
     "workload_names",
@@ -60,3 +66,13 @@ def get_workload(name: str) -> Workload:
         raise WorkloadError(
             f"unknown workload {name!r}; known workloads: {known} (or a workload .py file)"
         ) from None
+
+
+def design_space(workload: str, device: str = "cpu") -> DesignSpace:
+    """The design space a workload declares for ``device`` (built-in or from a user's
+    workload file): its CPU space, or its GPU space for "cuda"."""
+    found = get_workload(workload)
+    space = found.gpu_design_space() if device == "cuda" else found.design_space()
+    if space is None:
+        raise WorkloadError(f"workload {workload!r} declares no {device} design space to search")
+    return space

@@ -27,6 +27,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from swarmfab.backends.gpu import CudaBackend
+from swarmfab.errors import BuildError
 from swarmfab.kernels._space import Setting
 from swarmfab.kernels.delta_gpu import gpu_space, render_triton
 
@@ -104,9 +106,6 @@ def _ptxas_report(text: str) -> tuple[int | None, int | None, int | None]:
 
 def compile_cuda(setting: Setting, cache: Path) -> Compiled:
     """Build with the real backend (nvcc for sm_90a, ptxas -v) and read its report."""
-    from swarmfab.backends.gpu import CudaBackend
-    from swarmfab.errors import BuildError
-
     space, started = gpu_space(), time.monotonic()
     candidate = space.instantiate(setting, threads=1)
     try:
