@@ -25,6 +25,7 @@ time cannot be read from another process.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -34,12 +35,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from swarmfab.backends import Artifact
 from swarmfab.evaluation._worker import Implementation, ShapeRun, tensors
 from swarmfab.measure import TimingPolicy, time_interleaved
 from swarmfab.sandbox import Session
 from swarmfab.workloads import Case
 
-__all__ = ["Raised", "benchmark"]
+__all__ = ["Raised", "benchmark", "staged"]
 
 _clock = time.perf_counter
 _ECHOES = 15
@@ -209,3 +211,24 @@ def _running(pid: int | None) -> bool:
         if stat[stat.rfind(")") + 2:][:1] == "R":
             return True
     return False
+
+
+def staged(
+    plan: list[tuple[Case, list[Implementation]]],
+) -> tuple[list[tuple[Case, list[Implementation]]], dict[str, Path]]:
+    """The plan with every artifact moved into the job's directory, and what to copy there."""
+    stage: dict[str, Path] = {}
+    renamed: dict[Path, Artifact] = {}
+
+    def local(impl: Implementation) -> Implementation:
+        if impl.artifact is None:
+            return impl
+        source = impl.artifact.path
+        if source not in renamed:
+            relative = Path("artifacts") / str(len(renamed)) / source.name
+            stage[str(relative)] = source
+            renamed[source] = Artifact(impl.artifact.backend, relative)
+        return dataclasses.replace(impl, artifact=renamed[source])
+
+    return [(case, [local(impl) for impl in impls]) for case, impls in plan], stage
+

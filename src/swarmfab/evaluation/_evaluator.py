@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from swarmfab.backends import Artifact, get_backend
 from swarmfab.errors import BuildError, MeasurementError, SandboxError
 from swarmfab.evaluation import _conductor as conductor
@@ -30,6 +28,7 @@ from swarmfab.evaluation._outcomes import (
     job_failed,
     rejected,
 )
+from swarmfab.evaluation._references import References, salted_seed, with_salt
 from swarmfab.evaluation._worker import (
     CaseRun,
     Implementation,
@@ -58,8 +57,8 @@ from swarmfab.sandbox import (
     run_job,
     start_session,
 )
-from swarmfab.verify import compare_outputs, probes
-from swarmfab.workloads import AnyShape, Case, Inputs, Outputs, Tolerances, Workload
+from swarmfab.verify import probes
+from swarmfab.workloads import AnyShape, Case, Tolerances, Workload
 
 __all__ = ["Cancelled", "Evaluator", "EvaluatorRecipe", "SideBySide"]
 
@@ -153,11 +152,10 @@ class Evaluator:
         # recognise the verification inputs and be honest on those alone
         salt = secrets.randbelow(2**31)
         self.targets = [
-            Case(f"target {shape.label}", shape, seed=_salted_seed(seed + 1000 + i, salt))
+            Case(f"target {shape.label}", shape, seed=salted_seed(seed + 1000 + i, salt))
             for i, shape in enumerate(target_shapes)
         ]
-        self._references: dict[tuple[str, int, bool], Outputs] = {}
-        self._lock = threading.RLock()  # guards the references
+        self.references = References(workload, tolerances, self.targets)
         self._local = threading.local()  # each thread's last verification cases
         self.peaks = peaks  # enables roofline fractions and the impossible-speed check
         self.cores = cores or CoreBroker()
@@ -175,33 +173,6 @@ class Evaluator:
                                self.tolerances, self.limits, self.policy, self.seed, self.peaks,
                                self.device)
 
-    # -- references ----------------------------------------------------------------
-    def reference(self, case: Case, nudged: bool = False) -> Outputs:
-        """The float64 reference of ``case`` (or of its nudged twin), computed once, in
-        this trusted process."""
-        key = (case.name, case.seed, nudged)
-        with self._lock:
-            known = self._references.get(key)
-        if known is not None:
-            return known
-        inputs: Inputs
-        if nudged:
-            twin = self.workload.make_inputs(probes.twin_case(case))
-            inputs = probes.nudged(twin, probes.nudge_seed(case))
-        else:
-            inputs = self.workload.make_inputs(case)
-        with torch.no_grad():
-            computed = self.workload.reference(inputs)
-        with self._lock:
-            return self._references.setdefault(key, computed)
-
-    def _references_of(self, cases: Sequence[Case]) -> None:
-        """Every reference a verification of ``cases`` will compare against."""
-        for case in cases:
-            self.reference(case)
-            self.reference(probes.twin_case(case))
-            self.reference(case, nudged=True)
-
     def cancel(self) -> None:
         """Stop every evaluation in progress (their jobs are killed; they raise
         :class:`Cancelled`) and every later one: the run is stopping."""
@@ -217,8 +188,8 @@ class Evaluator:
         for number, case in enumerate(self.targets):
             if progress is not None:
                 progress(number, len(self.targets), case.shape.label)
-            self.reference(case)
-            self.reference(probes.twin_case(case))
+            self.references.of(case)
+            self.references.of(probes.twin_case(case))
 
     # -- one candidate -------------------------------------------------------------
     def build(self, candidate: Candidate) -> Artifact:
@@ -266,7 +237,7 @@ class Evaluator:
         ended, as a job's outcome."""
         if self._cancel.is_set():
             raise Cancelled("the run is stopping")
-        plan, stage = _staged(plan)
+        plan, stage = conductor.staged(plan)
 
         def start(implementation: Implementation, cases: list[Case]) -> Session:
             limits = self._limits_for([implementation])
@@ -357,7 +328,7 @@ class Evaluator:
         checks = list(verified)
         timings = []
         for case, run in zip(self.targets, outcome.value, strict=True):
-            shape_checks = self._target_checks(case, run)
+            shape_checks = self.references.target_checks(case, run)
             checks.extend(shape_checks)
             failed = next((c for c in shape_checks if not c.passed), None)
             if failed is not None:
@@ -456,14 +427,14 @@ class Evaluator:
         self, candidate: Candidate, artifact: Artifact, started: float, cases: list[Case]
     ) -> Verdict:
         salt = secrets.randbelow(2**31)
-        cases = [_with_salt(case, salt) for case in cases]
+        cases = [with_salt(case, salt) for case in cases]
         self._local.cases = cases
         staged = Artifact(artifact.backend, Path("artifacts/candidate") / artifact.path.name)
         # the references are computed while the worker runs the candidate (the parent
         # would otherwise sit idle), on the job's cores, then dropped: salted seeds never
         # repeat
         with self.cores.lease(self.threads) as cores, ThreadPoolExecutor(max_workers=1) as pool:
-            references = pool.submit(self._pinned_references, cores, cases)
+            references = pool.submit(self._pinned, cores, self.references.compute, cases)
             outcome = self._job(run_cases, self._job_workload, staged, cases, self.threads,
                                 self.device,
                                 limits=self._limits_for([Implementation("candidate", artifact)]),
@@ -474,20 +445,12 @@ class Evaluator:
                 with pinned_thread(cores):  # comparing is verification work: on the lease
                     return self._judge_cases(candidate, outcome, cases, started)
             finally:
-                self._forget(cases)
+                self.references.forget(cases)
 
-    def _pinned_references(self, cores: tuple[int, ...], cases: Sequence[Case]) -> None:
+    @staticmethod
+    def _pinned(cores: tuple[int, ...], work: Callable[..., None], *args: Any) -> None:
         with pinned_thread(cores):
-            self._references_of(cases)
-
-    def _forget(self, cases: Sequence[Case]) -> None:
-        keep = {(c.name, c.seed) for c in self.targets}
-        keep |= {(probes.twin_case(c).name, probes.twin_case(c).seed) for c in self.targets}
-        salted = {(c.name, c.seed) for c in cases} | {
-            (probes.twin_case(c).name, probes.twin_case(c).seed) for c in cases}
-        with self._lock:
-            for key in [k for k in self._references if k[:2] in salted and k[:2] not in keep]:
-                del self._references[key]
+            work(*args)
 
     def _judge_cases(
         self, candidate: Candidate, outcome: JobOutcome, cases: list[Case], started: float
@@ -496,48 +459,12 @@ class Evaluator:
             return job_failed(candidate, outcome, "verification", started)
         checks: list[CheckResult] = []
         for case, run in zip(cases, outcome.value, strict=True):
-            checks.extend(self._case_checks(case, run))
+            checks.extend(self.references.case_checks(case, run))
         failed = next((c for c in checks if not c.passed), None)
         if failed is not None:
             return rejected(candidate, failed, tuple(checks), started)
         return Verdict(candidate.id, Status.ACCEPTED, f"correct on {len(cases)} cases",
                        tuple(checks), (), time.monotonic() - started)
-
-    def _case_checks(self, case: Case, run: CaseRun) -> list[CheckResult]:
-        """Checks in the order that names the root cause first: the first call's outputs,
-        then the probes (a modified input explains the later calls' wrong answers), then
-        the calls that depend on the first (no final state asked, fresh inputs)."""
-        if run.error is not None or run.outputs is None or run.twin_outputs is None:
-            return [CheckResult(case.name, "runs without error", False, run.error or "no output")]
-        reference = self.reference(case)
-        checks = compare_outputs(case.name, run.outputs, reference, self.tolerances)
-        checks += [CheckResult(case.name, check, not found, found)
-                   for check, found in run.findings.items()]
-        if run.lean_outputs is not None:
-            checks += compare_outputs(f"{case.name} (optional outputs not requested)",
-                                      run.lean_outputs,
-                                      {name: reference[name] for name in run.lean_outputs},
-                                      self.tolerances)
-        twin = probes.twin_case(case)
-        checks += compare_outputs(twin.name, run.twin_outputs, self.reference(twin),
-                                  self.tolerances)
-        if run.nudged_outputs is not None:
-            checks += compare_outputs(f"{case.name} (one element of each input nudged)",
-                                      run.nudged_outputs, self.reference(case, nudged=True),
-                                      self.tolerances)
-        return checks
-
-    def _target_checks(self, case: Case, run: ShapeRun) -> list[CheckResult]:
-        if run.error is not None or run.outputs is None:
-            return [CheckResult(case.name, "runs without error", False, run.error or "no output")]
-        checks = compare_outputs(case.name, run.outputs, self.reference(case), self.tolerances)
-        twin = probes.twin_case(case)
-        timed_case = f"{case.name} (a timed call, fresh inputs)"
-        if run.timed_outputs is None:
-            return [*checks, CheckResult(timed_case, "timed call kept", False,
-                                         "no outputs from the timed calls")]
-        return checks + compare_outputs(timed_case, run.timed_outputs, self.reference(twin),
-                                        self.tolerances)
 
     def _timing(self, shape: AnyShape, run: ShapeRun, incumbent: str) -> ShapeTiming:
         """The candidate against the incumbent; any other implementation timed in the
@@ -572,34 +499,3 @@ class Evaluator:
     def _target_shape(self, label: str) -> AnyShape:
         return next(case.shape for case in self.targets if case.shape.label == label)
 
-
-def _staged(
-    plan: list[tuple[Case, list[Implementation]]],
-) -> tuple[list[tuple[Case, list[Implementation]]], dict[str, Path]]:
-    """The plan with every artifact moved into the job's directory, and what to copy there."""
-    stage: dict[str, Path] = {}
-    renamed: dict[Path, Artifact] = {}
-
-    def local(impl: Implementation) -> Implementation:
-        if impl.artifact is None:
-            return impl
-        source = impl.artifact.path
-        if source not in renamed:
-            relative = Path("artifacts") / str(len(renamed)) / source.name
-            stage[str(relative)] = source
-            renamed[source] = Artifact(impl.artifact.backend, relative)
-        return dataclasses.replace(impl, artifact=renamed[source])
-
-    return [(case, [local(impl) for impl in impls]) for case, impls in plan], stage
-
-
-def _salted_seed(seed: int, salt: int) -> int:
-    return (seed * 1_000_003 + salt) % 2**31
-
-
-def _with_salt(case: Case, salt: int) -> Case:
-    """Built-in cases and fresh fuzz draws get secret seeds; stored cases (a user's, or a
-    counterexample kept with the exact seed that broke a candidate) replay exactly."""
-    if case.origin not in ("builtin", "fuzz"):
-        return case
-    return dataclasses.replace(case, seed=_salted_seed(case.seed, salt))
