@@ -200,11 +200,16 @@ def _crowned_for(isa: str, recorded_run: Any, directory: Path) -> tuple[Path, Ca
     if champion.id == recorded.id:  # the run crowned this target itself
         return db, champion
     with store.session() as session:
-        session.add(CandidateRow(id=champion.id, workload=champion.workload,
-                                 backend=champion.backend, body=champion.to_dict(),
-                                 agent=champion.agent))
         run = session.get(RunRow, recorded_run.run_id)
         assert run is not None
+        if session.get(CandidateRow, champion.id) is None:
+            session.add(CandidateRow(id=champion.id, workload=champion.workload,
+                                     backend=champion.backend, body=champion.to_dict(),
+                                     agent=champion.agent))
+        else:  # the run evaluated this setting itself: the champion's verdict replaces its own
+            for own in session.scalars(select(VerdictRow).where(
+                    VerdictRow.run_id == run.id, VerdictRow.candidate_id == champion.id)):
+                session.delete(own)
         run.champion_id = champion.id
         verdict = session.scalars(select(VerdictRow).where(
             VerdictRow.run_id == run.id, VerdictRow.candidate_id == recorded.id)).one()

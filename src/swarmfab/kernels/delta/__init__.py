@@ -168,5 +168,11 @@ def delta_space(workload: str) -> DesignSpace:
                  help="optimisation level, fast-math, loop unrolling"),
         ),
         render=functools.partial(_render, workload),
+        # the other template, at its best-engineered knobs: the one move whose gain or loss
+        # is largest (the recurrence wins at decode and, on the CPUs measured so far, at
+        # long prefill too), and one a bandit drawing among every knob's untried arms
+        # reaches late in a short run
+        starting=(({"algorithm": "recurrent"},
+                   "the per-token recurrence beside the chunked form"),),
     )
 
