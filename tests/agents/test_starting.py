@@ -12,6 +12,7 @@ from swarmfab.agents.builtin import StartingPointsAgent
 from swarmfab.goal import default_goal
 from swarmfab.kernels import DesignSpace
 from swarmfab.serving.recipe import engine_space
+from swarmfab.workloads import design_space
 
 
 def _context(space: DesignSpace, champion_knobs: dict[str, object] | None,
@@ -49,6 +50,25 @@ def test_a_starting_point_equal_to_the_champion_is_not_proposed(
     # without a champion the moves apply to the defaults
     (candidate,) = StartingPointsAgent().propose(_context(space, None))
     assert candidate.knobs == champion.knobs and candidate.parents == ()
+
+
+def test_over_a_champion_no_setting_renders_the_moves_apply_to_the_defaults(
+        toy_space: DesignSpace) -> None:
+    space = dataclasses.replace(toy_space, starting=(({"algorithm": "b"}, "b"),))
+    edited = dataclasses.replace(space.instantiate(space.default(), threads=1),
+                                 sources={"kernel.c": "/* an LLM's edit */"}, knobs={})
+    context = dataclasses.replace(_context(space, None), champion=edited)
+    (candidate,) = StartingPointsAgent().propose(context)
+    assert candidate.knobs == {**space.default(), "algorithm": "b"}
+    assert candidate.parents == (edited.id,)
+
+
+def test_the_kernel_spaces_start_with_the_recurrence() -> None:
+    for workload in ("kda", "gdn"):
+        space = design_space(workload)
+        ((move, why),) = space.starting
+        assert move == {"algorithm": "recurrent"} and space.default()["algorithm"] == "chunked"
+        assert "recurrence" in why
 
 
 def test_a_starting_point_outside_the_space_is_refused(toy_space: DesignSpace) -> None:

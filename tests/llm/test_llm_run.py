@@ -81,14 +81,15 @@ def test_an_llm_edit_becomes_champion_and_a_hostile_one_is_rejected(tmp_path: Pa
               Reply("VERDICT: CLEAN\nonly the OpenMP switch changed"), Reply(HOSTILE_REPLY)]
     with FakeLLM(script, default=Reply("")) as llm:
         run_swarmfab(tmp_path, llm, "llm,builtin",
-                     GOAL.format(budget="300s", evaluations=8, repairs=1, retries=1))
+                     GOAL.format(budget="300s", evaluations=9, repairs=1, retries=1))
     store = Store(tmp_path / "x.db")
     run = store.run(None)
     assert run.status == "finished" and run.goal["agents"] == ["llm", "builtin"]
     rows = {row.candidate_id: (row, verdict) for row, verdict in store.verdicts(run.id)}
     by_llm = [(row, verdict) for row, verdict in rows.values()
               if row.agent == "llm-vectorisation"]
-    assert len(by_llm) == 2 and len(rows) == 8  # the LLM agent, then six domains, in turn
+    # the LLM agent, the space's starting point, then six domains, in turn
+    assert len(by_llm) == 2 and len(rows) == 9
     (good_row, good), (bad_row, bad) = by_llm
     assert good.status is Verdicts.ACCEPTED and good_row.became_champion
     assert any(t.comparison == "faster" for t in good.timings)

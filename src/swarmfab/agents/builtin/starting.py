@@ -7,7 +7,8 @@ kernels for this host: the move the product exists to make, and one that a domai
 drawing among a dozen untried arms would reach late in a short run.
 
 Each starting point is proposed once, over the champion's setting (so a crowned earlier
-move is kept), and judged like any candidate: verified, measured against the champion,
+move is kept; over the space's default when the champion is code no setting renders,
+such as an LLM's edit), and judged like any candidate: verified, measured against the champion,
 crowned only on the gate's evidence. Then the agent has nothing more to say.
 """
 
@@ -26,8 +27,7 @@ class StartingPointsAgent(Agent):
         super().__init__(agent_id, "starting points")
 
     def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
-        base = dict(context.champion.knobs) if context.champion is not None \
-            else context.space.default()
+        base = context.champion_setting()  # the default under a champion with no setting
         parents = (context.champion.id,) if context.champion is not None else ()
         settings = (({**base, **dict(move)}, f"starting point: {why}")
                     for move, why in context.space.starting)
