@@ -3,13 +3,14 @@
 A space may name moves worth measuring before any search (``DesignSpace.starting``):
 partial settings with the reason for each, as a study enqueues known-good trials before
 its sampler runs. The engine space names one, every KDA slot on the kernel factory's
-kernels for this host: the move the product exists to make, and one that a domain agent
-drawing among a dozen untried arms would reach late in a short run.
+kernels for this host: the move the product exists to make. The gated delta rule's CPU
+space names the other template, the per-token recurrence. Each is a move that a domain
+agent drawing among a dozen untried arms would reach late in a short run.
 
 Each starting point is proposed once, over the champion's setting (so a crowned earlier
 move is kept; over the space's default when the champion is code no setting renders,
-such as an LLM's edit), and judged like any candidate: verified, measured against the champion,
-crowned only on the gate's evidence. Then the agent has nothing more to say.
+such as an LLM's edit), and judged like any candidate: verified, measured against the
+champion, crowned only on the gate's evidence. Then the agent has nothing more to say.
 """
 
 from __future__ import annotations
