@@ -185,3 +185,35 @@ def test_a_job_is_told_the_user_it_runs_as() -> None:
     outcome = run_job(eval, probe)
     assert outcome.status is JobStatus.OK, outcome.detail
     assert outcome.value == (job_user(isolate=True), job_user(isolate=True))
+
+
+def test_ctrl_c_while_a_job_is_handed_over_waits_for_it_then_kills_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt between the fork request and the job's hand-over would leave a child
+    reading an empty pipe (an EOFError traceback on the user's terminal)."""
+    import multiprocessing.context
+    import multiprocessing.forkserver
+    import signal
+
+    connect = multiprocessing.forkserver.connect_to_new_process
+    started = multiprocessing.context.ForkServerProcess.start
+    processes: list[multiprocessing.context.ForkServerProcess] = []
+
+    def interrupted_connect(fds: list[int]) -> tuple[int, int]:
+        ends = connect(fds)
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C: the child waits for its job now
+        return ends
+
+    def recorded_start(self: multiprocessing.context.ForkServerProcess) -> None:
+        processes.append(self)
+        started(self)
+
+    run_job(divmod, 1, 1)  # the forkserver is up before the hand-over is interrupted
+    monkeypatch.setattr(multiprocessing.forkserver, "connect_to_new_process",
+                        interrupted_connect)
+    monkeypatch.setattr(multiprocessing.context.ForkServerProcess, "start", recorded_start)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(time.sleep, 60)
+    [process] = processes
+    assert process.pid is not None, "the job was never handed to its child"
+    assert process.exitcode == -9  # killed at once, not left to sleep

@@ -313,7 +313,7 @@ def _supervise(
     process = context.Process(
         target=_child, args=(sender, job, args, limits, workdir, dict(os.environ)), daemon=True
     )
-    process.start()
+    start(process)
     sender.close()
     try:
         if _answered(receiver, limits.wall_s, cancel):
@@ -394,6 +394,30 @@ def _died(process: multiprocessing.process.BaseProcess, workdir: Path) -> JobOut
     else:
         detail = f"exited with status {code} without answering"
     return JobOutcome(JobStatus.CRASHED, detail=detail, output_tail=_tail(workdir))
+
+
+def start(process: multiprocessing.process.BaseProcess) -> None:
+    """Start a job's process; a Ctrl-C that comes meanwhile is raised once it has started.
+
+    Starting a forkserver child is a fork request, then the job written to the child: an
+    interrupt between the two would leave a child reading an empty pipe, whose ``EOFError``
+    traceback lands on the user's terminal. Python raises interrupts on the main thread
+    only, so there the interrupt is held until the child has its job; then the child is
+    killed and the interrupt raised.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        process.start()
+        return
+    held: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+    try:
+        process.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        _kill_group(process)
+        signal.raise_signal(signal.SIGINT)  # to the handler restored above
 
 
 def _kill_group(process: multiprocessing.process.BaseProcess) -> None:

@@ -83,7 +83,7 @@ class Session:
         self._process = context.Process(
             target=_session_child,
             args=(child_end, job, args, limits, workdir, dict(os.environ)), daemon=True)
-        self._process.start()
+        _process.start(self._process)
         child_end.close()
 
     @property
