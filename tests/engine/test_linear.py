@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from swarmfab.engine.engine import EngineConfig, LLMEngine
-from swarmfab.engine.linear import PackedLinear, choose, onednn_available
+from swarmfab.engine.linear import PackedLinear, choose, onednn_available, onednn_packs
 from swarmfab.engine.model import HybridModel
 from swarmfab.engine.request import SamplingParams
 from swarmfab.engine.slots import MOE_EXPERTS, KernelSlots
@@ -105,3 +105,18 @@ def test_the_engine_serves_the_same_tokens_with_either_linear(tiny_model: Path,
         assert engine.model.linear_name == name
         tokens[name] = engine.generate(prompts, params)
     assert tokens["onednn"] == tokens["torch"]
+
+
+@needs_onednn
+def test_bfloat16_weights_are_packed_only_where_onednn_can_on_this_cpu() -> None:
+    """oneDNN's bfloat16 packing needs AVX512-BW/VL/DQ or AVX-NE-CONVERT: elsewhere
+    ``auto`` takes F.linear and ``onednn`` is refused by name (not a oneDNN traceback)."""
+    weight, x = torch.randn(64, 48).bfloat16(), torch.randn(8, 48).bfloat16()
+    linear, name = choose("auto", weight)
+    torch.testing.assert_close(linear(x, weight), F.linear(x, weight), rtol=2e-2, atol=2e-2)
+    if onednn_packs(torch.bfloat16):
+        assert choose("onednn", weight)[1] == "onednn"
+    else:
+        assert name == "torch"
+        with pytest.raises(EngineError, match="packs bfloat16 weights only"):
+            choose("onednn", weight)

@@ -25,9 +25,15 @@ import torch
 import torch.nn.functional as F
 
 from swarmfab.errors import EngineError
-from swarmfab.kernels import onednn_available, onednn_clearly_faster, onednn_linear
+from swarmfab.kernels import (
+    host_cpu_flags,
+    onednn_available,
+    onednn_clearly_faster,
+    onednn_linear,
+)
 
-__all__ = ["LINEARS", "Linear", "PackedLinear", "checked", "choose", "onednn_available"]
+__all__ = ["LINEARS", "Linear", "PackedLinear", "checked", "choose", "onednn_available",
+           "onednn_packs"]
 
 Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 LINEARS = ("auto", "torch", "onednn")
@@ -62,12 +68,27 @@ def checked(name: str) -> str:
     return name
 
 
+# what oneDNN's bfloat16 weight packing needs of the CPU (any one of these sets)
+_ONEDNN_BF16 = (frozenset({"avx_ne_convert"}), frozenset({"avx512bw", "avx512vl", "avx512dq"}))
+
+
+def onednn_packs(dtype: torch.dtype) -> bool:
+    """Whether oneDNN can pack weights of ``dtype`` on this CPU."""
+    if not onednn_available():
+        return False
+    return dtype != torch.bfloat16 or any(need <= host_cpu_flags() for need in _ONEDNN_BF16)
+
+
 def choose(name: str, weight: torch.Tensor, rows: int = 8) -> tuple[Linear, str]:
     """The linear for slot value ``name`` and the name of what it is (``auto`` resolved by
     timing both on ``weight`` with ``rows`` input rows, alternately)."""
-    if checked(name) == "torch" or (name == "auto" and not onednn_available()):
+    packs = onednn_packs(weight.dtype)
+    if checked(name) == "torch" or (name == "auto" and not packs):
         return F.linear, "torch"
     if name == "onednn":
+        if onednn_available() and not packs:
+            raise EngineError("linear = 'onednn' packs bfloat16 weights only on a CPU with "
+                              "AVX512-BW/VL/DQ or AVX-NE-CONVERT; use 'torch' or 'auto'")
         return PackedLinear(rows), "onednn"
     packed = PackedLinear(rows)
     # a constant input: the probe leaves the global random state as it was
