@@ -24,7 +24,7 @@ from swarmfab.engine.weights import parameter_count
 from swarmfab.errors import EngineError, GoalError, SwarmfabError
 from swarmfab.knowledge import Store
 from swarmfab.knowledge.lessons import shape_class
-from swarmfab.records import CheckResult, Status, Verdict
+from swarmfab.records import Candidate, CheckResult, Status, Verdict
 from swarmfab.report.export import export_champion
 from swarmfab.report.html import write_report
 from swarmfab.report.run_view import load_run_view
@@ -36,11 +36,13 @@ from swarmfab.serving.evaluate import (
     LoadRound,
     comparison_verdict,
     greedy_tokens,
+    verify_prompts,
     verify_tokens,
 )
 from swarmfab.serving.factory import (
     _Budget,
     _Search,
+    _vocab,
     auto_threads,
     run_engine_goal,
     same_under_traffic,
@@ -423,6 +425,65 @@ def test_an_exported_recipe_serves_the_same_tokens(tiny_model: Path, tmp_path: P
                           tmp_path / "b.log").start(120) as reference:
         assert greedy_tokens(served.url, prompts, 6) == greedy_tokens(reference.url,
                                                                       prompts, 6)
+
+
+def test_an_engine_that_runs_out_of_memory_or_dies_under_load_is_a_contained_verdict(
+        tiny_model: Path, tmp_path: Path) -> None:
+    """A pool larger than memory fails at start; an engine killed while serving (as the
+    kernel's OOM killer does) fails its load rounds. Both are verdicts; the incumbent serves
+    on unchanged."""
+    goal = _goal(model=str(tiny_model), budget="300s", min_rounds=2, max_rounds=2,
+                 verify_prompts=2, verify_tokens=4,
+                 traffic={"input_len": 8, "output_len": 8, "num_prompts": 8,
+                          "concurrency": 4})
+    store = Store(tmp_path / "runs.db")
+    run_id = store.start_run("engine", goal.model_dump(mode="json", by_alias=True),
+                             host_record(goal.threads, "c"))
+    space = engine_space(goal.threads)
+    default = space.instantiate(space.default(), threads=goal.threads, agent="default")
+    search = _Search(goal, store, run_id, tiny_model, tmp_path, _Budget(
+        goal.budget_s, time.monotonic()), lambda line: None, "label")
+    started: list[EngineProcess] = []
+    make_process = search._process
+
+    def recorded(candidate: Candidate, log: str = "engine.log") -> EngineProcess:
+        started.append(make_process(candidate, log))
+        return started[-1]
+
+    search._process = recorded  # type: ignore[method-assign]
+    try:
+        search.incumbent = search._process(default).start(120)
+        prompts = verify_prompts(goal, _vocab(search.incumbent.url))
+        reference = greedy_tokens(search.incumbent.url, prompts, goal.verify_tokens)
+
+        huge = Recipe({"kv_cache_mb": 1 << 30})  # a pool of a petabyte
+        too_big = Candidate("engine", "recipe", {"recipe.json": huge.to_json()},
+                            "recipe.json", agent="builtin-memory")
+        verdict = search._evaluate(too_big, default.id, prompts, reference, 0.0).verdict
+        assert verdict.status is Status.CRASHED and not judge(verdict).promote
+        assert "before serving" in verdict.reason
+        assert "does not fit in this host's memory" in verdict.diagnostics[0]
+
+        verify = search._verify
+
+        def verify_then_kill(*args: object) -> tuple[list[CheckResult], str]:
+            answer = verify(*args)  # type: ignore[arg-type]
+            process = started[-1]._process
+            assert process is not None
+            os.killpg(process.pid, signal.SIGKILL)  # between verification and load
+            return answer
+
+        search._verify = verify_then_kill  # type: ignore[method-assign]
+        killed = space.instantiate({**space.default(), "block_size": 8},
+                                   threads=goal.threads, agent="builtin-memory")
+        outcome = search._evaluate(killed, default.id, prompts, reference, 0.0)
+        assert outcome.verdict.status is Status.CRASHED and outcome.process is None
+        assert outcome.verdict.reason.startswith("load failed"), outcome.verdict.reason
+        assert search.incumbent.alive()
+        assert greedy_tokens(search.incumbent.url, prompts, goal.verify_tokens) == reference
+    finally:
+        for process in started:
+            process.stop()
 
 
 def test_an_engine_dies_with_a_factory_killed_by_sigkill(tiny_model: Path,

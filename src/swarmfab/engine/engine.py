@@ -113,8 +113,16 @@ class LLMEngine:
         self.config = config = config or EngineConfig()
         blocks = config.num_kv_blocks or max(1, config.kv_cache_bytes // (
             config.block_size * KvCache.bytes_per_token(model.config, model.dtype)))
-        self.pool = BlockPool(blocks, config.block_size)
-        self.kv = KvCache(model.config, self.pool, model.dtype)
+        try:
+            self.pool = BlockPool(blocks, config.block_size)
+            self.kv = KvCache(model.config, self.pool, model.dtype)
+        except (MemoryError, RuntimeError) as exc:  # torch's CPU allocator: RuntimeError
+            if not isinstance(exc, MemoryError) and "allocate" not in str(exc):
+                raise
+            raise EngineError(
+                f"the KV cache of {blocks} blocks of {config.block_size} tokens "
+                f"({config.kv_cache_bytes >> 20} MiB asked) does not fit in this host's "
+                f"memory ({type(exc).__name__}); give it less (kv_cache_mb)") from None
         self.states = StateSlots(model.config, config.max_num_seqs, model.dtype)
         self.scheduler = Scheduler(config.scheduler(), self.states, self.pool)
         self.eos_ids = frozenset(model.config.eos_token_ids)
