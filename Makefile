@@ -31,12 +31,13 @@ demo: $(STAMP)
 
 # the suite on every core the process may use (pytest-xdist; most tests wait on child
 # processes, so two workers on 2 cores take ~60% of the time of one), then the tests
-# marked exclusive alone; TEST_WORKERS=0 runs the first part in one process
+# marked exclusive alone; TEST_WORKERS=0 runs the first part in one process. Each part
+# names its slowest tests (the suite's time on 2 cores is a budget)
 TEST_WORKERS ?= auto
 test: $(DEV_STAMP)
 	$(MAKE) lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not exclusive"
-	$(BIN)/python -m pytest -q -m exclusive
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not exclusive" --durations=25
+	$(BIN)/python -m pytest -q -m exclusive --durations=10
 
 # the suite without the tests marked slow: a few minutes on 2 cores
 test-fast: $(DEV_STAMP)
