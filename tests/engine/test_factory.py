@@ -234,6 +234,25 @@ def test_a_faster_recipe_that_breaks_the_objective_is_not_crowned() -> None:
         verdicts[2].reason
 
 
+def test_where_the_incumbent_breaks_the_objective_a_candidate_nearer_to_it_may_be_crowned(
+) -> None:
+    """On a host slower than the goal's, the default breaks the objective: a faster
+    candidate is crowned when it breaks no limit the incumbent meets and none by more."""
+    goal = _goal(objective={"p99_tpot_ms": 100, "p99_ttft_ms": 500})
+    late = [LoadRound(1.0, 400.0, 150.0, 10.0, 1.0, 0)] * 4
+
+    def against_late(ttft: float, tpot: float) -> Verdict:
+        faster = [LoadRound(m, ttft, tpot, 10 * m, m, 0) for m in (2.0, 2.1, 1.9, 2.0)]
+        return comparison_verdict("c", "i", Comparison(late, faster), [], goal, 1.0, "x")
+
+    nearer, further, new_break = (against_late(400.0, 120.0), against_late(400.0, 160.0),
+                                  against_late(600.0, 120.0))
+    assert judge(nearer).promote and "neither meets the objective" in nearer.reason
+    assert "p99 TPOT 120.0 ms > 100 ms" in nearer.checks[-1].detail  # still said
+    assert not judge(further).promote and further.status is Status.REJECTED
+    assert not judge(new_break).promote and "p99 TTFT 600.0 ms > 500 ms" in new_break.reason
+
+
 def test_without_time_for_a_closing_the_crown_over_the_default_is_the_gain(
         tmp_path: Path) -> None:
     goal = _goal()

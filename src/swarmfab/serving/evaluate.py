@@ -44,7 +44,8 @@ from swarmfab.records import CheckResult, Estimate, ShapeTiming, Status, Verdict
 from swarmfab.serving.goal import EngineGoal
 
 __all__ = ["EngineProcess", "EngineStartError", "LoadRound", "compare", "greedy_tokens",
-           "load_once", "measured", "metric_of", "objective_check", "verify_tokens",
+           "load_once", "measured", "metric_of", "objective_check", "objective_gate",
+           "verify_tokens",
            "warm_up"]
 
 
@@ -282,18 +283,56 @@ def measured(candidate_id: str, role: str, rounds: list[LoadRound]) -> dict[str,
 
 def objective_check(rounds: list[LoadRound], goal: EngineGoal) -> CheckResult:
     """The median over rounds of each p99 against the objective."""
-    ttft = statistics.median(r.p99_ttft_ms for r in rounds)
-    tpot = statistics.median(r.p99_tpot_ms for r in rounds)
+    broken = _broken(rounds, goal)
+    ttft, tpot = _p99s(rounds)
+    detail = "; ".join(broken.values()) or f"p99 TTFT {ttft:.1f} ms, p99 TPOT {tpot:.1f} ms"
+    return CheckResult("traffic", "objective", not broken, detail)
+
+
+def _p99s(rounds: list[LoadRound]) -> tuple[float, float]:
+    """The medians over rounds of p99 TTFT and p99 TPOT."""
+    return (statistics.median(r.p99_ttft_ms for r in rounds),
+            statistics.median(r.p99_tpot_ms for r in rounds))
+
+
+def _broken(rounds: list[LoadRound], goal: EngineGoal) -> dict[str, str]:
+    """What of the objective ``rounds`` break: limit name -> how."""
+    ttft, tpot = _p99s(rounds)
     limits = goal.objective
-    broken = [f"p99 {name} {value:.1f} ms > {limit:g} ms"
+    broken = {name: f"p99 {name} {value:.1f} ms > {limit:g} ms"
               for name, value, limit in (("TTFT", ttft, limits.p99_ttft_ms),
                                          ("TPOT", tpot, limits.p99_tpot_ms))
-              if limit is not None and value > limit]
+              if limit is not None and value > limit}
     failed = sum(r.failed for r in rounds)
     if failed:
-        broken.append(f"{failed} request(s) failed")
-    detail = "; ".join(broken) or f"p99 TTFT {ttft:.1f} ms, p99 TPOT {tpot:.1f} ms"
-    return CheckResult("traffic", "objective", not broken, detail)
+        broken["failed"] = f"{failed} request(s) failed"
+    return broken
+
+
+def objective_gate(pair: Comparison, goal: EngineGoal) -> CheckResult:
+    """The candidate's rounds against the objective. Where the incumbent breaks it too
+    (a host slower than the one the goal was written for), a candidate passes when it is
+    no further from it: it breaks no limit the incumbent meets and none by more, and fails
+    no more requests; its detail still says what is not met."""
+    check = objective_check(pair.candidate, goal)
+    theirs = _broken(pair.incumbent, goal)
+    if check.passed or not theirs:
+        return check
+    mine, incumbent = _p99s(pair.candidate), _p99s(pair.incumbent)
+
+    def further(name: str) -> bool:
+        if name not in theirs:
+            return True
+        if name == "failed":
+            return sum(r.failed for r in pair.candidate) > sum(r.failed for r in pair.incumbent)
+        index = 0 if name == "TTFT" else 1
+        return mine[index] > incumbent[index]
+
+    if any(further(name) for name in _broken(pair.candidate, goal)):
+        return check
+    return CheckResult("traffic", "objective", True,
+                       f"{check.detail}, as the incumbent's ({'; '.join(theirs.values())}); "
+                       "no further from the objective")
 
 
 def comparison_verdict(candidate_id: str, incumbent_id: str, pair: Comparison,
@@ -301,7 +340,7 @@ def comparison_verdict(candidate_id: str, incumbent_id: str, pair: Comparison,
                        label: str) -> Verdict:
     """The verdict of a verified candidate measured against the incumbent; its timing
     is labelled ``label`` (:meth:`EngineGoal.run_label`)."""
-    objective = objective_check(pair.candidate, goal)
+    objective = objective_gate(pair, goal)
     ratio = pair.ratio()
     per_unit = [1 / r.metric if r.metric > 0 else math.inf for r in pair.candidate]
     per_unit_incumbent = [1 / r.metric if r.metric > 0 else math.inf for r in pair.incumbent]
@@ -313,6 +352,8 @@ def comparison_verdict(candidate_id: str, incumbent_id: str, pair: Comparison,
     reason = (f"{goal.metric} x{1 / ratio.median:.2f} "
               f"[{1 / ratio.high:.2f}, {1 / ratio.low:.2f}] over {incumbent_id}"
               if objective.passed else f"objective not met: {objective.detail}")
+    if objective.passed and not objective_check(pair.candidate, goal).passed:
+        reason += "; neither meets the objective, the candidate no further from it"
     return Verdict(candidate_id, status, reason, tuple([*checks, objective]), (timing,),
                    elapsed_s)
 
