@@ -72,9 +72,10 @@ def host_fingerprint(threads: int) -> str:
     from swarmfab.backends import host_isa
 
     model = cpu_model()
-    # "peaks v2": the FMA loop counts too, so peaks stored from GEMM alone are not reused
+    # "peaks v3": the FMA loop at each vector width (v2 spilled on AVX2, v1 was GEMM alone),
+    # so peaks stored by earlier versions are not reused
     # (readers match on the "| ISA | N threads" tail, so it goes after the model)
-    return f"{model} | peaks v2 | {host_isa()} | {threads} threads"
+    return f"{model} | peaks v3 | {host_isa()} | {threads} threads"
 
 
 def _best_seconds(call: Callable[[], object], repeats: int) -> float:
