@@ -53,6 +53,9 @@ VARIANTS: list[tuple[str, dict[str, KnobValue]]] = [
                                            "input_prefetch": "none"}),
     ("recurrent-streamed-partial-tiles", {**RECURRENT, "output_stores": "streaming",
                                           "tile_v": 64, "token_group": 1}),
+    # a group's projection runs a tile in slices its registers hold (32 columns for groups
+    # of 2 on AVX2): the 48-column case's partial tile ends in a slice of 16
+    ("recurrent-groups-of-2-wide-tiles", {**RECURRENT, "token_group": 2, "tile_v": 64}),
     ("recurrent-groups-of-2-fused-tails", {**RECURRENT, "token_group": 2, "passes": "fused",
                                            "parallel": "tiles"}),
     ("recurrent-deferred-pipelined-vmajor-tiles", {**RECURRENT, "decay": "deferred",

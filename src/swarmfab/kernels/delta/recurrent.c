@@ -44,7 +44,10 @@
  *                still three multiply-adds, but 2/RC_GROUP loads and 1/RC_GROUP stores.
  *                A group renormalises at its start when |L| would pass the limit
  *                inside it; one that still must renormalise later (strong decay) and a
- *                block's last partial group run token by token.
+ *                block's last partial group run token by token. The projection sweeps a
+ *                tile in slices of RC_GW columns, as many as the ISA's vector registers
+ *                hold partial sums for (the tile's own width with AVX-512 and groups of 4;
+ *                half of a 32-column tile on AVX2).
  */
 #ifndef RC_BV
 #define RC_BV 32
@@ -74,6 +77,17 @@
 #define RC_GROUP 0
 #endif
 #define RC_GROUP_SLOTS (RC_GROUP ? RC_GROUP : 1)
+/* Columns of a group's projection in flight: its 2 RC_GROUP rows of partial sums fill
+ * about the ISA's vector registers (16 before AVX-512, 32 with it), counted in 8-float
+ * vectors; never more than the tile, never under 8. */
+#if defined(__AVX512F__)
+#define RC_VREGS 32
+#else
+#define RC_VREGS 16
+#endif
+#define RC_GW_FIT (RC_VREGS * 8 / (2 * RC_GROUP_SLOTS))
+#define RC_GW_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define RC_GW RC_GW_MIN(RC_BV, RC_GW_FIT < 8 ? 8 : RC_GW_FIT)
 #ifndef RC_STREAM
 #define RC_STREAM 0
 #endif
@@ -337,31 +351,53 @@ token_separate(float *restrict S, int64_t K, const int bv, const float *restrict
 }
 
 #if RC_GROUP
-/* For the group of RC_GROUP tokens from block index g: acc[b] = S^T kc_{g+b} and
- * out[b] = S^T qc_{g+b} in one sweep (each row first scaled when token g renormalises). */
+/* Columns [c0, c0 + cw) of a group's projection: acc[b] = S^T kc_{g+b} and out[b] =
+ * S^T qc_{g+b}, summed in local arrays that the compiler keeps in vector registers. */
 static inline __attribute__((always_inline)) void
-group_project(float *restrict S, int64_t K, const int bv, const rc_work *w, int g,
-              float acc[RC_GROUP][RC_BV], float out[RC_GROUP][RC_BV])
+project_columns(const float *restrict S, int64_t K, const float *restrict kc,
+                const float *restrict qc, const int c0, const int cw,
+                float acc[RC_GROUP][RC_BV], float out[RC_GROUP][RC_BV])
 {
-    const int scaled = w->scaled[g];
-    const float *restrict sc = w->SC + g * K;
+    float a[RC_GROUP][RC_GW], o[RC_GROUP][RC_GW];
     for (int b = 0; b < RC_GROUP; b++)
-        for (int j = 0; j < bv; j++) { acc[b][j] = 0.0f; out[b][j] = 0.0f; }
-    const float *restrict kc = w->KC + g * K, *restrict qc = w->QC + g * K;
+        for (int j = 0; j < cw; j++) { a[b][j] = 0.0f; o[b][j] = 0.0f; }
     for (int64_t i = 0; i < K; i++) {
-        float *restrict row = S + i * RC_BV;
-        if (scaled) {
-            const float d = sc[i];
-#pragma omp simd
-            for (int j = 0; j < bv; j++) row[j] *= d;
-        }
+        const float *restrict row = S + i * RC_BV + c0;
         RC_UNROLL
         for (int b = 0; b < RC_GROUP; b++) {
             const float k = kc[b * K + i], q = qc[b * K + i];
 #pragma omp simd
-            for (int j = 0; j < bv; j++) { acc[b][j] += row[j] * k; out[b][j] += row[j] * q; }
+            for (int j = 0; j < cw; j++) { a[b][j] += row[j] * k; o[b][j] += row[j] * q; }
         }
     }
+    for (int b = 0; b < RC_GROUP; b++)
+        for (int j = 0; j < cw; j++) { acc[b][c0 + j] = a[b][j]; out[b][c0 + j] = o[b][j]; }
+}
+
+/* For the group of RC_GROUP tokens from block index g: acc[b] = S^T kc_{g+b} and
+ * out[b] = S^T qc_{g+b} (each row first scaled when token g renormalises), RC_GW columns
+ * at a time: 2 RC_GROUP rows of partial sums as wide as the vector registers hold, where
+ * a whole 32-column tile's would spill on a 16-register ISA (AVX2: 1.1-1.3x slower
+ * prefill than 16-column tiles, which decode in turn runs 1.2-1.3x slower). */
+static inline __attribute__((always_inline)) void
+group_project(float *restrict S, int64_t K, const int bv, const rc_work *w, int g,
+              float acc[RC_GROUP][RC_BV], float out[RC_GROUP][RC_BV])
+{
+    if (w->scaled[g]) {
+        const float *restrict sc = w->SC + g * K;
+        for (int64_t i = 0; i < K; i++) {
+            float *restrict row = S + i * RC_BV;
+            const float d = sc[i];
+#pragma omp simd
+            for (int j = 0; j < bv; j++) row[j] *= d;
+        }
+    }
+    const float *restrict kc = w->KC + g * K, *restrict qc = w->QC + g * K;
+    if (bv % RC_GW == 0)
+        for (int c0 = 0; c0 < bv; c0 += RC_GW) project_columns(S, K, kc, qc, c0, RC_GW, acc, out);
+    else
+        for (int c0 = 0; c0 < bv; c0 += RC_GW)
+            project_columns(S, K, kc, qc, c0, bv - c0 < RC_GW ? bv - c0 : RC_GW, acc, out);
 }
 
 /* S += sum_b ki_{g+b} u[b]^T: the group's updates in one sweep. */
