@@ -49,10 +49,11 @@ FMA_RATE(rate_32_bytes, vec32, 12)
 FMA_RATE(rate_64_bytes, vec64, 16)
 
 /* Multiply-adds per second with `threads` OpenMP threads, the faster of the two loops,
- * each timed for about half of `seconds`. */
+ * each timed for about `seconds` (a shorter window is more easily lost whole to another
+ * process on a core: a run's setup once read 96 GFLOP/s where the host does 178). */
 double swarmfab_fma_rate(int threads, double seconds)
 {
-    const double narrow = rate_32_bytes(threads, seconds / 2);
-    const double wide = rate_64_bytes(threads, seconds / 2);
+    const double narrow = rate_32_bytes(threads, seconds);
+    const double wide = rate_64_bytes(threads, seconds);
     return narrow > wide ? narrow : wide;
 }

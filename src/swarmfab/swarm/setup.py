@@ -49,7 +49,7 @@ __all__ = ["CALIBRATION", "FINAL_MIN_ROUNDS", "Calibration", "Setup", "SetupEsti
 # enough where a call is long; short calls get a few rounds within a second
 CALIBRATION = TimingPolicy(min_rounds=1, max_rounds=5, max_seconds=1.0, warmup_calls=0)
 FINAL_MIN_ROUNDS = 2  # the closing table's samples per implementation, at the least
-PEAKS_ESTIMATE_S = 4.0  # measuring the host's peaks (FMA loop, GEMM, copy)
+PEAKS_ESTIMATE_S = 6.0  # measuring the host's peaks (FMA loops, GEMM, copy)
 JOB_ESTIMATE_S = 1.0  # starting one sandboxed job and staging its inputs
 COMPILE_KEY = "(a job that compiles)"  # stored beside the baselines: its wall seconds
 
