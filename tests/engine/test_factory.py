@@ -446,6 +446,21 @@ def test_an_exported_recipe_serves_the_same_tokens(tiny_model: Path, tmp_path: P
                                                                       prompts, 6)
 
 
+def test_an_engine_whose_exit_lags_its_failure_is_seen_to_end(tmp_path: Path) -> None:
+    """A killed engine's sockets close before its exit is visible: the factory waits a
+    moment before it calls a failed load a crash (else a rejection)."""
+    engine = EngineProcess(tmp_path, tmp_path / "recipe.json", tmp_path / "engine.log")
+    assert engine.ended_within(0.0)  # never started
+    engine._process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    assert engine.alive() and engine.ended_within(5.0) and not engine.alive()
+    engine._process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert not engine.ended_within(0.1) and engine.alive()
+    finally:
+        engine._process.kill()
+        engine._process.wait()
+
+
 def test_an_engine_that_runs_out_of_memory_or_dies_under_load_is_a_contained_verdict(
         tiny_model: Path, tmp_path: Path) -> None:
     """A pool larger than memory fails at start; an engine killed while serving (as the

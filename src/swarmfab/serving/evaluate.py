@@ -112,6 +112,18 @@ class EngineProcess:
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def ended_within(self, seconds: float) -> bool:
+        """Whether the engine has exited or does within ``seconds``. A killed engine's
+        sockets close before its exit can be seen (a large address space takes a while
+        to tear down), so a request that just failed may find it still "alive"."""
+        if self._process is None:
+            return True
+        try:
+            self._process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def log_tail(self, lines: int = 15) -> str:
         try:
             text = self.log_file.read_text(encoding="utf-8", errors="replace")

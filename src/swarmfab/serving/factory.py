@@ -386,7 +386,7 @@ class _Search:
             pair = compare(self.incumbent.url, process.url, self.goal,
                            time.monotonic() + max(0.0, self.budget.left() - closing_s))
         except (httpx.HTTPError, KeyError, ValueError) as exc:
-            status = Status.CRASHED if not process.alive() else Status.REJECTED
+            status = Status.CRASHED if process.ended_within(2.0) else Status.REJECTED
             return failed(status, f"load failed: {exc}", process.log_tail())
         self.eval_s = time.monotonic() - started  # the latest: rounds vary with noise
         self._measured(candidate.id, "candidate", pair.candidate)
