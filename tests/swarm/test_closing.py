@@ -40,8 +40,7 @@ def test_short_of_time_the_rounds_shrink_and_the_slow_shape_gets_the_larger_shar
     assert big.max_seconds > small.max_seconds
     # chunked (1 s) is timed once a round, the others after an untimed call
     round_big = 1.0 + 2 * (0.4 + 0.02)
-    # jobs, inputs, two warm-up calls each
-    fixed = 2 * 1.0 + 0.3 + 0.01 + 2 * (0.4 + 1.0 + 0.02) + 2 * (0.02 + 0.01 + 0.001)
+    fixed = 2 * 1.0 + 0.3 + 0.01 + (0.4 + 1.0 + 0.02) + (0.02 + 0.01 + 0.001)  # jobs, inputs
     assert big.min_rounds * round_big <= 20.0 - fixed
 
 
@@ -55,9 +54,9 @@ def test_when_even_the_fewest_rounds_do_not_fit_each_shape_keeps_its_fastest() -
 
 def test_the_search_ends_early_enough_for_the_closing_table() -> None:
     reserve = closing_reserve(CALIBRATION, CALIBRATION.inputs_s)
-    # per shape: a job, the inputs, two warm-up calls and the fewest rounds of the fastest
-    big = 1.0 + 0.3 + 2 * 0.4 + FINAL_MIN_ROUNDS * 2 * 0.4
-    small = 1.0 + 0.01 + 2 * 0.01 + FINAL_MIN_ROUNDS * 2 * 0.01
+    # per shape: a job, the inputs, a warm-up call and the fewest rounds of the fastest
+    big = 1.0 + 0.3 + 0.4 + FINAL_MIN_ROUNDS * 2 * 0.4
+    small = 1.0 + 0.01 + 0.01 + FINAL_MIN_ROUNDS * 2 * 0.01
     assert math.isclose(reserve, big + small)
     roomy, tight = Budget(0.0, 600.0, reserve), Budget(0.0, 20.0, reserve)
     assert roomy.search_end == 0.8 * 600 and roomy.hard_end == 0.9 * 600

@@ -84,7 +84,7 @@ def benchmark(
 def _shape(index: int, case: Case, sessions: dict[str, Session], policy: TimingPolicy,
            checked: str | None, device: str) -> ShapeRun:
     label = case.shape.label
-    # a call every implementation is sure to make: a long one gets two warm-up calls
+    # a call every implementation is sure to make: a long one gets a single warm-up call
     # and one call per round (TimingPolicy.long_call_s)
     pick = _SECRET_CHOICE.randint(2, 1 + min(policy.min_rounds, policy.long_call_min_rounds))
     for name, session in sessions.items():  # all load (and compile) at once

@@ -48,7 +48,7 @@ class TimingPolicy:
     target_width: float = 0.02
     min_sample_s: float = 1e-3  # short calls are repeated so one sample lasts at least this
     flush_bytes: int = 0  # > 0: write this many bytes before every timed sample (cold cache)
-    # a call at least this long needs neither warm-up rounds after its second call nor an
+    # a call at least this long needs neither warm-up rounds after its first call nor an
     # untimed call before each sample: what a switch costs (a thread pool waking up, a
     # few milliseconds) is a small share of it, and a slow baseline on a large shape
     # would otherwise triple an evaluation's time; inf: every call gets both
@@ -145,28 +145,21 @@ def _warm_up(
     """Warm every implementation in lock-step rounds: at least ``count`` rounds, then until
     each one's last two calls agree within ``settle`` (caches, page faults and lazy
     initialisation are done); at most 4x ``count`` rounds or one second. Everyone gets the
-    same number of warm-up calls, but for calls of at least ``long_call_s``: two are enough
-    for them. Returns each implementation's fastest warm-up call, in seconds.
-
-    A call is judged long on the faster of its first two: a first call pays for what is
-    cold (inputs faulted in, a thread pool started), and an implementation whose session
-    had already called it (a candidate's sentinel-filled check) would otherwise be judged
-    short beside a peer judged long on that cold call alone, and the peer's samples would
-    carry the switch cost its untimed calls keep out of the other's (at B1 T8192 H8, a
-    130 ms KDA kernel: every candidate measured 1.24-1.27x over its own incumbent)."""
+    same number of warm-up calls, but for calls of at least ``long_call_s``: one is enough
+    for them. Returns each implementation's fastest warm-up call, in seconds."""
     started = _clock()
     fastest = dict.fromkeys(calls, math.inf)
     previous = dict.fromkeys(calls, math.inf)
-    for index in range(max(2, 4 * count)):
+    for index in range(max(1, 4 * count)):
         settled = True
         for name, call in calls.items():
-            if index > 1 and fastest[name] >= long_call_s:
+            if index > 0 and fastest[name] >= long_call_s:
                 continue
             seconds = watch.seconds(call, 1)
             fastest[name] = min(fastest[name], seconds)
             settled &= abs(seconds - previous[name]) <= settle * min(seconds, previous[name])
             previous[name] = seconds
-        if index + 1 >= max(count, 2) and (settled or _clock() - started > 1.0):
+        if index + 1 >= count and (settled or _clock() - started > 1.0):
             break
     return fastest
 

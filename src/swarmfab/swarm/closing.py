@@ -185,9 +185,7 @@ def _round_s(calls: list[float]) -> float:
 
 
 def _warm_up_s(calls: list[float]) -> float:
-    """The fewest warm-up calls: two each (a long call is judged on the faster of its
-    first two, ``measure.timer``)."""
-    return 2 * sum(_finite(t) for t in calls)
+    return sum(_finite(t) for t in calls)
 
 
 def _finite(seconds: float) -> float:
