@@ -79,15 +79,14 @@
 #define RC_GROUP_SLOTS (RC_GROUP ? RC_GROUP : 1)
 /* Columns of a group's projection in flight: its 2 RC_GROUP rows of partial sums fill
  * about the ISA's vector registers (16 before AVX-512, 32 with it), counted in 8-float
- * vectors; never more than the tile, never under 8. */
+ * vectors (8 columns or more for the space's groups of up to 8); never more than the tile. */
 #if defined(__AVX512F__)
 #define RC_VREGS 32
 #else
 #define RC_VREGS 16
 #endif
 #define RC_GW_FIT (RC_VREGS * 8 / (2 * RC_GROUP_SLOTS))
-#define RC_GW_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define RC_GW RC_GW_MIN(RC_BV, RC_GW_FIT < 8 ? 8 : RC_GW_FIT)
+#define RC_GW (RC_BV < RC_GW_FIT ? RC_BV : RC_GW_FIT)
 #ifndef RC_STREAM
 #define RC_STREAM 0
 #endif
@@ -393,7 +392,7 @@ group_project(float *restrict S, int64_t K, const int bv, const rc_work *w, int 
         }
     }
     const float *restrict kc = w->KC + g * K, *restrict qc = w->QC + g * K;
-    if (bv % RC_GW == 0)
+    if (bv % RC_GW == 0)  /* whole slices: a constant trip count, fully vectorised */
         for (int c0 = 0; c0 < bv; c0 += RC_GW) project_columns(S, K, kc, qc, c0, RC_GW, acc, out);
     else
         for (int c0 = 0; c0 < bv; c0 += RC_GW)
