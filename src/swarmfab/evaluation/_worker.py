@@ -184,9 +184,10 @@ def serve_implementation(
     """Serve one implementation's calls to the conductor (``_conductor.benchmark``),
     which times them from its own process. Requests, each answered once:
 
-    - ``("case", index, pick)``: take ``cases[index]``'s inputs. With ``pick``, this is
-      the checked implementation: the answer is its outputs from a sentinel-filled call,
-      and its ``pick``-th call from now runs on a twin case's values and is kept;
+    - ``("case", index, pick)``: take ``cases[index]``'s inputs. With ``pick`` (every
+      session gets the same, so all carry the same memory into their timed calls): the
+      answer is the outputs of a sentinel-filled call, and the ``pick``-th call from now
+      runs on a twin case's values and is kept;
     - ``("run", n)``: ``n`` calls, untimed (warm-up, or the switch before a sample);
     - ``("evict", round)``: evict the caches (cold samples);
     - ``("sample", n)``: ``n`` calls; the answer is this process's own seconds per call
