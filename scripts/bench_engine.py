@@ -9,8 +9,9 @@ requests (at least 4), closed loop with ``concurrency`` in flight.
   steps in the main thread and the clients' event loop runs in a helper, as in
   ``swarmfab serve`` (``AsyncEngine.run_with``);
 - engine+factory-kda: the same with factory kernels in the KDA slots (the design
-  space's chunked default for prefill, its recurrent default for decode, or the
-  ``--kda-kernel`` file in both), each layer's states updated in place in its pool;
+  space's recurrent form in both, as the engine factory's starting point serves them,
+  or the ``--kda-kernel`` file in both), each layer's states updated in place in its
+  pool;
 - engine (linear=torch), with ``--linear-torch``: the engine with its weight matmuls by
   ``F.linear``, where its default (``linear = auto``) may take oneDNN with packed weights;
 - engine-http: ``swarmfab serve`` in a child process, loaded by ``swarmfab loadgen``'s
@@ -87,12 +88,12 @@ async def _engine_load(engine: AsyncEngine, prompts: list[list[int]], output_len
 
 def factory_slots(kernel: Path | None, cache: Path) -> KernelSlots:
     """KDA slots filled with compiled kernels: ``kernel`` (a C or Python candidate file) in
-    both, else the design space's chunked default for prefill and recurrent for decode
-    (what an engine recipe with ``kda_prefill = kda_decode = "c"`` serves)."""
+    both, else the design space's recurrent form in both (what an engine recipe with
+    ``kda_prefill = "c-recurrent"``, ``kda_decode = "c"`` serves)."""
     if kernel is None:
         from swarmfab.serving.recipe import Recipe
 
-        slots: KernelSlots = Recipe({"kda_prefill": "c", "kda_decode": "c"}).kernel_slots(
+        slots: KernelSlots = Recipe({"kda_prefill": "c-recurrent", "kda_decode": "c"}).kernel_slots(
             cache)
         return slots
     from swarmfab._cli_candidate import candidate_from_file
@@ -222,7 +223,7 @@ def main() -> None:
     parser.add_argument("--no-http", action="store_true", help="skip the engine-http runs")
     parser.add_argument("--kda-kernel", type=Path,
                         help="a KDA candidate file for both KDA slots of engine+factory-kda "
-                             "(default: the design space's chunked and recurrent defaults)")
+                             "(default: the design space's recurrent form in both)")
     parser.add_argument("--no-factory", action="store_true",
                         help="skip the engine+factory-kda runs")
     parser.add_argument("--linear-torch", action="store_true",

@@ -78,8 +78,8 @@ def test_a_starting_point_outside_the_space_is_refused(toy_space: DesignSpace) -
 
 def test_the_engine_space_starts_with_the_factory_s_kda_kernels() -> None:
     ((move, why),) = engine_space(2, frozenset()).starting
-    assert move == {"kda_prefill": "c", "kda_decode": "c"} and "kernel factory" in why
+    assert move == {"kda_prefill": "c-recurrent", "kda_decode": "c"} and "kernel factory" in why
     # where the store holds a kernel run's champion for a slot, that slot takes it
     ((move, _),) = engine_space(2, frozenset(), kda={"decode": {"algorithm": "recurrent"}}
                                 ).starting
-    assert move == {"kda_prefill": "c", "kda_decode": "champion"}
+    assert move == {"kda_prefill": "c-recurrent", "kda_decode": "champion"}

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from swarmfab.cli import app
-from swarmfab.engine.engine import BIG_MODEL_BYTES, LLMEngine
+from swarmfab.engine.engine import BIG_MODEL_BYTES, EngineConfig, LLMEngine
 from swarmfab.engine.model import HybridModel
 from swarmfab.engine.request import SamplingParams
 from swarmfab.engine.weights import parameter_count
@@ -177,6 +177,31 @@ def test_the_kernel_factory_s_champion_fills_a_kda_slot(tiny_model: Path,
         LLMEngine.from_pretrained(tiny_model).generate(prompts, params)
     with pytest.raises(EngineError, match=r"holds no kernels\.prefill setting"):
         Recipe({"kda_prefill": "champion"}).kernel_slots(tmp_path / "kernels")
+
+
+def test_the_prefill_slot_offers_both_c_forms_and_their_tokens_are_the_engine_s(
+        tiny_model: Path, tmp_path: Path) -> None:
+    """``c`` is the chunked form in prefill, ``c-recurrent`` the recurrence; the engine
+    serves the reference engine's greedy tokens with either (prompts that span several
+    prefill chunks carry a state from one chunk to the next)."""
+    prefill = next(k.values for k in engine_space(2, frozenset()).knobs
+                   if k.name == "kda_prefill")
+    decode = next(k.values for k in engine_space(2, frozenset()).knobs
+                  if k.name == "kda_decode")
+    assert prefill == ("torch", "c", "c-recurrent") and decode == ("torch", "c")
+    prompts = [[5, 9, 33], [7] * 20, list(range(3, 40))]
+    params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    config = EngineConfig(max_num_batched_tokens=16)  # the long prompts in chunks
+    expected = LLMEngine.from_pretrained(tiny_model, config).generate(prompts, params)
+    for choice, label in (("c", "c:chunked"), ("c-recurrent", "c:recurrent")):
+        slots = Recipe({"kda_prefill": choice, "kda_decode": "c"}).kernel_slots(
+            tmp_path / "kernels")
+        assert (slots.labels["kda_prefill"], slots.labels["kda_decode"]) == (
+            label, "c:recurrent")
+        assert LLMEngine.from_pretrained(tiny_model, config, slots).generate(
+            prompts, params) == expected, choice
+    with pytest.raises(EngineError, match="kda_decode must be 'torch', 'c' or 'champion'"):
+        Recipe({"kda_decode": "c-recurrent"}).kernel_slots(tmp_path / "kernels")
 
 
 def test_a_recipe_that_changes_numerics_is_judged_teacher_forced(tiny_model: Path,
@@ -365,7 +390,7 @@ def test_a_short_engine_run_records_verdicts_and_its_recipe_serves(
     # then the space's starting point: the kernel factory's KDA kernels in both slots
     second = store.candidate(verdicts[2][0].candidate_id)
     assert second.agent == "builtin-starting", lines
-    assert (second.knobs["kda_prefill"], second.knobs["kda_decode"]) == ("c", "c")
+    assert (second.knobs["kda_prefill"], second.knobs["kda_decode"]) == ("c-recurrent", "c")
     # every measured candidate was verified before it was timed: the reference's tokens,
     # or (another dtype) the accuracy gate
     # timed with the model's size in their label, so lessons weigh by model size
