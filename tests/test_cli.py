@@ -310,3 +310,34 @@ def test_an_unwritable_build_cache_is_a_clear_error_not_a_verdict(
     assert result.exit_code == 1
     assert "cannot write the build cache" in result.output
     assert "Traceback" not in result.output
+
+
+def test_bench_against_itself_needs_a_candidate(tmp_path: Path) -> None:
+    result = invoke("bench", "kda", "--against-itself", "--db", tmp_path / "x.db",
+                    "--workdir", tmp_path / "wd")
+    assert result.exit_code == 2, result.output
+    assert "--candidate" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "wd").exists()  # nothing ran
+
+
+@pytest.mark.slow
+def test_bench_against_itself_times_a_candidate_against_its_copy_as_a_run_would(
+    tmp_path: Path, write_file: Callable[[str, str], Path]
+) -> None:
+    """An A/A check: the gate's reading of a candidate against a copy of itself, with the
+    exit code saying whether it would crown the copy (what it reads is the host's)."""
+    candidate = write_file("mine.py", PYTHON_CANDIDATE)
+    result = invoke("bench", "kda", "--candidate", candidate, "--against-itself",
+                    "--shape", "1,32,2,16,16", "--shape", "2,1,2,16,16+h0", "--threads", "1",
+                    "--json", "--db", tmp_path / "x.db", "--workdir", tmp_path / "wd")
+    assert "Traceback" not in result.output
+    answer = json.loads(result.stdout)
+    assert result.exit_code == (1 if answer["crowned"] else 0), result.output
+    assert [t["shape"] for t in answer["timings"]] == ["B1 T32 H2 K16 V16",
+                                                        "B2 T1 H2 K16 V16 +h0"]
+    for timing in answer["timings"]:
+        assert timing["incumbent"] == "copy" and timing["samples"] >= 3
+        ratio = timing["ratio"]
+        assert 0 < ratio["low"] <= ratio["median"] <= ratio["high"]
+        assert timing["comparison"] in ("faster", "slower", "indistinguishable")
+    assert answer["gate"]

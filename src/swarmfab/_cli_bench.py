@@ -129,6 +129,11 @@ def bench(
         help="cpu, or cuda: time on the CUDA device (CUDA events, L2 flushed; the "
              "default baselines are then fla's kernels where fla is installed).")] = "cpu",
     workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
+    against_itself: Annotated[bool, typer.Option(
+        "--against-itself",
+        help="Time the candidate against a copy of itself, as a run's evaluations time a "
+             "candidate against its incumbent (an A/A check of this host's timing); exit "
+             "1 if the gate would crown the copy.")] = False,
 ) -> None:
     """Time baselines (and a candidate) side by side: medians, CIs, speedups, roofline."""
     from swarmfab.evaluation import Implementation
@@ -149,6 +154,9 @@ def bench(
     unknown = [name for name in names if name not in known]
     if unknown:  # before anything is measured
         raise GoalError(f"--baseline {', '.join(unknown)}: {workload} has {', '.join(known)}")
+    if against_itself and candidate is None:
+        raise GoalError("--against-itself times a candidate against itself: name it with "
+                        "--candidate")
     store = Store(db)
     chosen = None
     if candidate is not None:  # a file that is not there is a usage error: say so first
@@ -161,6 +169,9 @@ def bench(
         if verdict.status.value != "accepted":
             errors.print(f"[red]the candidate is not verified:[/] {escape(verdict.reason)}")
             raise typer.Exit(1)
+        if against_itself:
+            _against_itself(evaluator, chosen, workload, as_json)
+            return
         contenders.append(Implementation("candidate", artifact=evaluator.build(chosen)))
     contenders += [Implementation(n, baseline=n) for n in names]
     flush = 2 * last_level_cache_bytes() if cold else 0
@@ -174,6 +185,41 @@ def bench(
         if goal.device == "cuda":
             title = f"{workload}: side by side on the CUDA device (L2 flushed before every sample)"
         console.print(bench_table(tables, title))
+
+
+def _against_itself(evaluator: Any, candidate: Candidate, workload: str,
+                    as_json: bool) -> None:
+    """An A/A check: the verified ``candidate`` timed against a copy of itself, each in a
+    session of its own, as a run's evaluation times it against an incumbent; the gate
+    must find nothing to crown. Exit 1 when it would: a timing bias on this host, or
+    another process's load."""
+    from swarmfab.evaluation import Implementation
+    from swarmfab.records import Status
+    from swarmfab.report import against_itself_table
+    from swarmfab.swarm.gate import judge
+
+    copy = Implementation("copy", artifact=evaluator.build(candidate))
+    verdict = evaluator.rematch(candidate, {case.shape.label: copy
+                                            for case in evaluator.targets})
+    if verdict.status is not Status.ACCEPTED:
+        errors.print(f"[red]the candidate could not be timed:[/] {escape(verdict.reason)}")
+        raise typer.Exit(1)
+    decision = judge(verdict)
+    if as_json:
+        print(json.dumps({"timings": verdict.to_dict()["timings"],
+                          "crowned": decision.promote, "gate": decision.reason}, indent=2))
+    else:
+        console.print(against_itself_table(
+            verdict, f"{workload}: candidate {candidate.id} against a copy of itself, "
+                     f"{evaluator.threads} thread(s), as a run's evaluations time it"))
+        if decision.promote:
+            console.print(f"[red]the gate would crown the copy[/] ({escape(decision.reason)}): "
+                          "comparisons on this host are not to be trusted now; look for "
+                          "other processes' load (uptime) and run it again")
+        else:
+            console.print(f"the gate would not crown the copy ({escape(decision.reason)})",
+                          highlight=False)
+    raise typer.Exit(1 if decision.promote else 0)
 
 
 def _bench_candidate(store: Store, workload: str, which: str, run_id: str | None,

@@ -9,7 +9,7 @@ from rich.table import Table
 from swarmfab.evaluation import SideBySide
 from swarmfab.records import Estimate, Verdict
 
-__all__ = ["bench_table", "run_table", "verdict_table"]
+__all__ = ["against_itself_table", "bench_table", "run_table", "verdict_table"]
 
 
 def _ms(estimate: Estimate) -> str:
@@ -52,6 +52,25 @@ def bench_table(tables: list[SideBySide], title: str) -> Table:
             shown = "-" if index == 0 else _x(relative)
             table.add_row(side.shape if index == 0 else "", name, _ms(seconds), shown,
                           _percent(side.roofline_fraction(name)))
+    return table
+
+
+def against_itself_table(verdict: Verdict, title: str) -> Table:
+    """A candidate timed against a copy of itself: each shape's ratio and how the gate
+    reads it (anything but "indistinguishable" is the timing's error on this host)."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("shape")
+    table.add_column("candidate [95% CI]", justify="right")
+    table.add_column("its copy [95% CI]", justify="right")
+    table.add_column("candidate / copy [95% CI]", justify="right")
+    table.add_column("samples", justify="right")
+    table.add_column("the gate reads")
+    for timing in verdict.timings:
+        reading = timing.comparison if timing.comparison == "indistinguishable" \
+            else f"[red]{timing.comparison}[/]"
+        table.add_row(timing.shape, _ms(timing.candidate_s), _ms(timing.incumbent_s),
+                      f"{timing.ratio.median:.3f} [{timing.ratio.low:.3f}, "
+                      f"{timing.ratio.high:.3f}]", str(timing.samples), reading)
     return table
 
 
