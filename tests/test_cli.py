@@ -7,6 +7,7 @@ user's ``.swarmfab``.
 from __future__ import annotations
 
 import json
+import mmap
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -341,3 +342,35 @@ def test_bench_against_itself_times_a_candidate_against_its_copy_as_a_run_would(
         assert 0 < ratio["low"] <= ratio["median"] <= ratio["high"]
         assert timing["comparison"] in ("faster", "slower", "indistinguishable")
     assert answer["gate"]
+
+
+FAULT_EVERY_CALL = """
+    region = mmap.mmap(-1, FRESH)  # fresh pages touched one by one
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        region.madvise(mmap.MADV_NOHUGEPAGE)
+    for offset in range(0, FRESH, mmap.PAGESIZE):
+        region[offset] = 1
+    region.close()
+"""
+FAULTING_CANDIDATE = PYTHON_CANDIDATE.replace(
+    "def forward(", "import mmap\n\nFRESH = 16 << 20\n\n\ndef forward(", 1).replace(
+    "    scale = q.shape", FAULT_EVERY_CALL.lstrip("\n") + "    scale = q.shape", 1)
+
+
+@pytest.mark.slow
+def test_bench_reports_the_page_faults_each_implementation_takes_a_call(
+    tmp_path: Path, write_file: Callable[[str, str], Path]
+) -> None:
+    """Read from outside the sessions' processes: a candidate that touches 16 MiB of
+    fresh pages every call shows at least 4,096 faults a call at 4 KiB pages."""
+    assert "region.madvise" in FAULTING_CANDIDATE
+    candidate = write_file("faulting.py", FAULTING_CANDIDATE)
+    result = invoke("bench", "kda", "--candidate", candidate, "--shape", "1,16,2,16,16",
+                    "--baseline", "torch-recurrent", "--threads", "1", "--json",
+                    "--db", tmp_path / "x.db", "--workdir", tmp_path / "wd")
+    assert result.exit_code == 0, result.output
+    (table,) = json.loads(result.stdout)
+    faults = table["minor_faults_per_call"]
+    assert set(faults) == {"candidate", "torch-recurrent"}, faults
+    assert faults["candidate"] >= (16 << 20) // mmap.PAGESIZE, faults
+    assert faults["torch-recurrent"] < faults["candidate"] / 4, faults

@@ -245,7 +245,8 @@ def _side_json(table: Any) -> dict[str, Any]:
     return {"shape": table.shape, "reference": table.reference, "samples": table.samples,
             "cache": table.cache, "roofline_bound_s": table.bound_s,
             "seconds": {n: est(e) for n, e in table.seconds.items()},
-            "ratio_to_reference": {n: est(e) for n, e in table.ratio_to_reference.items()}}
+            "ratio_to_reference": {n: est(e) for n, e in table.ratio_to_reference.items()},
+            "minor_faults_per_call": table.faults}
 
 
 @friendly

@@ -6,13 +6,15 @@ kernel against itself read 0.84x at B1 T8192 H8."""
 
 from __future__ import annotations
 
+import mmap
+import os
 from typing import Any
 
 import pytest
 import torch
 
 from swarmfab.evaluation import Implementation
-from swarmfab.evaluation._conductor import benchmark
+from swarmfab.evaluation._conductor import benchmark, minor_faults
 from swarmfab.measure import TimingPolicy
 from swarmfab.workloads import Case, Shape
 
@@ -95,3 +97,17 @@ def test_only_the_checked_implementations_outputs_come_back() -> None:
         assert set(run.seconds) == set(sessions)
         assert torch.equal(run.outputs["o"], torch.full((2,), 2.0))
         assert torch.equal(run.timed_outputs["o"], torch.full((2,), -2.0))
+
+
+def test_a_process_s_minor_faults_count_the_fresh_pages_it_touches() -> None:
+    before = minor_faults(os.getpid())
+    region = mmap.mmap(-1, 8 << 20)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        region.madvise(mmap.MADV_NOHUGEPAGE)
+    for offset in range(0, len(region), mmap.PAGESIZE):
+        region[offset] = 1
+    after = minor_faults(os.getpid())
+    region.close()
+    assert before is not None and after is not None
+    assert after - before >= (8 << 20) // mmap.PAGESIZE
+    assert minor_faults(None) is None

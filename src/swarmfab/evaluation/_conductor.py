@@ -12,7 +12,9 @@ around each sample's request. So:
   patched function or clock) reaches another implementation or the clock;
 - a sample is the round trip of one request, less the pipe's own round trip (the
   fastest session's median echo, measured before timing: a session can make its own
-  echo slower, never the pipe faster);
+  echo slower, never the pipe faster); the minor page faults the session's process took
+  meanwhile are read from ``/proc`` too (a fresh 32 MiB output faults 8,192 pages, a
+  quarter of a KDA prefill call on a VM), so a table can say where a call's time went;
 - every session is asked the same requests in the same order, the checked one's
   answers are merely the ones kept: a process's allocation history decides what its
   calls pay in page faults (glibc's malloc moves its mmap threshold as blocks are
@@ -47,7 +49,7 @@ from swarmfab.measure import TimingPolicy, time_interleaved
 from swarmfab.sandbox import Session
 from swarmfab.workloads import Case
 
-__all__ = ["Raised", "benchmark", "staged"]
+__all__ = ["Raised", "benchmark", "minor_faults", "staged"]
 
 _clock = time.perf_counter
 _ECHOES = 15
@@ -115,7 +117,8 @@ def _shape(index: int, case: Case, sessions: dict[str, Session], policy: TimingP
             raise Raised(f"{checked}'s session answered outputs that are not named tensors")
     except Raised as exc:
         return ShapeRun(label, error=str(exc))
-    return ShapeRun(label, seconds=seconds, outputs=outputs, timed_outputs=timed)
+    return ShapeRun(label, seconds=seconds, outputs=outputs, timed_outputs=timed,
+                    faults=watch.faults)
 
 
 def _value(reply: Any) -> Any:
@@ -160,6 +163,8 @@ class _RemoteStopwatch:
         # per session: the others' samples, and those before which it was still running
         self._others_timed = dict.fromkeys(sessions, 0)
         self._running_at_limit = dict.fromkeys(sessions, 0)
+        # per session: minor page faults per call in each sample (where /proc tells)
+        self.faults: dict[str, list[float]] = {name: [] for name in sessions}
 
     def evict(self, round_index: int) -> None:
         self._round = round_index  # done by the session about to be timed
@@ -169,9 +174,13 @@ class _RemoteStopwatch:
         if self.cold:
             _value(call.session.ask(("evict", self._round, self.flush_bytes)))
         self._wait_until_quiet(call.name)
+        faults = minor_faults(call.session.pid)
         begin = _clock()
         own = _value(call.session.ask(("sample", repeats)))
         elapsed = _clock() - begin
+        after = minor_faults(call.session.pid)
+        if faults is not None and after is not None:
+            self.faults[call.name].append((after - faults) / repeats)
         if self.device == "cuda":
             if not (isinstance(own, float) and math.isfinite(own) and own > 0):
                 raise Raised(f"{call.name}'s session reported {own!r} seconds")
@@ -202,6 +211,19 @@ class _RemoteStopwatch:
                 raise Raised(f"{name}'s process kept running while the others were timed "
                              f"(still running {_QUIET_LIMIT_S * 1e3:.0f} ms after its call "
                              f"before {count} of their {others} samples)")
+
+
+def minor_faults(pid: int | None) -> int | None:
+    """Minor page faults process ``pid`` has taken, all its threads together (None where
+    /proc cannot tell)."""
+    if pid is None:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return int(fields[7]) if len(fields) > 7 and fields[7].isdigit() else None
 
 
 def _running(pid: int | None) -> bool:

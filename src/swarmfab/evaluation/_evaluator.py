@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import statistics
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,9 @@ class SideBySide:
     samples: int
     bound_s: float | None = None  # roofline bound of this shape, when the peaks are known
     cache: str = "warm"  # or "cold": caches flushed before every sample
+    # median minor page faults per call, per implementation (where /proc tells): the
+    # share of a call the OS spends mapping fresh memory shows here, not in the kernel
+    faults: dict[str, float] = field(default_factory=dict)
 
     def roofline_fraction(self, name: str) -> float | None:
         return None if self.bound_s is None else self.bound_s / self.seconds[name].median
@@ -389,6 +393,7 @@ class Evaluator:
                 },
                 samples=len(run.seconds[reference]),
                 bound_s=self._bound(self._target_shape(run.shape)), cache=policy.cache,
+                faults={name: statistics.median(f) for name, f in run.faults.items() if f},
             ))
         return tables
 

@@ -70,6 +70,8 @@ class ShapeRun:
     outputs: dict[str, torch.Tensor] | None = None
     timed_outputs: dict[str, torch.Tensor] | None = None
     error: str | None = None
+    # minor page faults per call in each sample, per implementation (read from /proc)
+    faults: dict[str, list[float]] = field(default_factory=dict)
 
 
 # What the parent accepts back from these jobs (their answers are the candidate's word):

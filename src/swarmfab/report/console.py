@@ -46,12 +46,15 @@ def bench_table(tables: list[SideBySide], title: str) -> Table:
     table.add_column("median time [95% CI]", justify="right")
     table.add_column(f"{first} speedup over it [95% CI]", justify="right")
     table.add_column("roofline", justify="right")
+    table.add_column("page faults a call", justify="right")
     for side in tables:
         for index, (name, seconds) in enumerate(side.seconds.items()):
             relative = side.ratio_to_reference[name]  # name's time / first's time
             shown = "-" if index == 0 else _x(relative)
+            faults = side.faults.get(name)
             table.add_row(side.shape if index == 0 else "", name, _ms(seconds), shown,
-                          _percent(side.roofline_fraction(name)))
+                          _percent(side.roofline_fraction(name)),
+                          "-" if faults is None else f"{faults:,.0f}")
     return table
 
 
