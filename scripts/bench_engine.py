@@ -93,8 +93,8 @@ def factory_slots(kernel: Path | None, cache: Path) -> KernelSlots:
     if kernel is None:
         from swarmfab.serving.recipe import Recipe
 
-        slots: KernelSlots = Recipe({"kda_prefill": "c-recurrent", "kda_decode": "c"}).kernel_slots(
-            cache)
+        recipe = Recipe({"kda_prefill": "c-recurrent", "kda_decode": "c"})
+        slots: KernelSlots = recipe.kernel_slots(cache)
         return slots
     from swarmfab._cli_candidate import candidate_from_file
     from swarmfab.backends import get_backend

@@ -313,8 +313,12 @@ def test_an_unwritable_build_cache_is_a_clear_error_not_a_verdict(
     assert "Traceback" not in result.output
 
 
-def test_bench_against_itself_needs_a_candidate(tmp_path: Path) -> None:
-    result = invoke("bench", "kda", "--against-itself", "--db", tmp_path / "x.db",
+@pytest.mark.parametrize("extra", [[], ["--candidate", "default", "--cold"],
+                                   ["--candidate", "default", "--baseline", "torch-chunked"]],
+                         ids=["no-candidate", "cold", "baseline"])
+def test_bench_against_itself_is_a_candidate_timed_as_a_run_would(
+        tmp_path: Path, extra: list[str]) -> None:
+    result = invoke("bench", "kda", "--against-itself", *extra, "--db", tmp_path / "x.db",
                     "--workdir", tmp_path / "wd")
     assert result.exit_code == 2, result.output
     assert "--candidate" in result.output and "Traceback" not in result.output

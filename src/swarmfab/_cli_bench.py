@@ -25,6 +25,7 @@ from swarmfab._cli_common import (
 from swarmfab.errors import GoalError
 
 if TYPE_CHECKING:
+    from swarmfab.evaluation import Evaluator
     from swarmfab.knowledge import Store
     from swarmfab.records import Candidate, Verdict
 
@@ -154,9 +155,9 @@ def bench(
     unknown = [name for name in names if name not in known]
     if unknown:  # before anything is measured
         raise GoalError(f"--baseline {', '.join(unknown)}: {workload} has {', '.join(known)}")
-    if against_itself and candidate is None:
-        raise GoalError("--against-itself times a candidate against itself: name it with "
-                        "--candidate")
+    if against_itself and (candidate is None or cold or baseline):
+        raise GoalError("--against-itself times a candidate (--candidate) against a copy of "
+                        "itself as a run's evaluations do: no baselines, warm caches")
     store = Store(db)
     chosen = None
     if candidate is not None:  # a file that is not there is a usage error: say so first
@@ -187,7 +188,7 @@ def bench(
         console.print(bench_table(tables, title))
 
 
-def _against_itself(evaluator: Any, candidate: Candidate, workload: str,
+def _against_itself(evaluator: Evaluator, candidate: Candidate, workload: str,
                     as_json: bool) -> None:
     """An A/A check: the verified ``candidate`` timed against a copy of itself, each in a
     session of its own, as a run's evaluation times it against an incumbent; the gate
