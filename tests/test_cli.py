@@ -330,14 +330,17 @@ def test_bench_against_itself_times_a_candidate_against_its_copy_as_a_run_would(
     tmp_path: Path, write_file: Callable[[str, str], Path]
 ) -> None:
     """An A/A check: the gate's reading of a candidate against a copy of itself, with the
-    exit code saying whether it would crown the copy (what it reads is the host's)."""
+    exit code saying whether any shape read a difference (what it reads is the host's)."""
     candidate = write_file("mine.py", PYTHON_CANDIDATE)
     result = invoke("bench", "kda", "--candidate", candidate, "--against-itself",
                     "--shape", "1,32,2,16,16", "--shape", "2,1,2,16,16+h0", "--threads", "1",
                     "--json", "--db", tmp_path / "x.db", "--workdir", tmp_path / "wd")
     assert "Traceback" not in result.output
     answer = json.loads(result.stdout)
-    assert result.exit_code == (1 if answer["crowned"] else 0), result.output
+    assert result.exit_code == (1 if answer["misread"] else 0), result.output
+    misread = {t["shape"] for t in answer["timings"] if t["comparison"] != "indistinguishable"}
+    assert {entry.split(" (")[0] for entry in answer["misread"]} == misread
+    assert not answer["crowned"] or answer["misread"]  # a crown needs a "faster" shape
     assert [t["shape"] for t in answer["timings"]] == ["B1 T32 H2 K16 V16",
                                                         "B2 T1 H2 K16 V16 +h0"]
     for timing in answer["timings"]:
