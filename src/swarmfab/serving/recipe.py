@@ -56,6 +56,11 @@ _C_ALGORITHMS = {("prefill", "c"): "chunked", ("prefill", "c-recurrent"): "recur
                  ("decode", "c"): "recurrent"}
 
 
+def _c_choices(slot: str) -> tuple[str, ...]:
+    """A KDA slot's C kernel choices, in the order the space offers them."""
+    return tuple(choice for (where, choice) in _C_ALGORITHMS if where == slot)
+
+
 def engine_space(cpus: int, flags: frozenset[str] | None = None,
                  kda: Mapping[str, Mapping[str, Any]] | None = None) -> DesignSpace:
     """The engine's knobs on a host with ``cpus`` usable CPUs and these CPU ``flags``
@@ -66,8 +71,7 @@ def engine_space(cpus: int, flags: frozenset[str] | None = None,
     champions = {slot: dict(setting) for slot, setting in (kda or {}).items()}
 
     def kernels(slot: str) -> tuple[str, ...]:
-        built = tuple(choice for (where, choice) in _C_ALGORITHMS if where == slot)
-        return ("torch", *built, *(("champion",) if slot in champions else ()))
+        return ("torch", *_c_choices(slot), *(("champion",) if slot in champions else ()))
 
     dtypes = ("float32", "bfloat16") if flags & BF16_FLAGS else ("float32",)
     linears = LINEARS if onednn_available() else ("auto", "torch")
@@ -173,7 +177,7 @@ class Recipe:
                 raise EngineError(f"kda_{slot} is 'champion' but the recipe holds no "
                                   f"kernels.{slot} setting")
             else:
-                built = ", ".join(repr(c) for (where, c) in _C_ALGORITHMS if where == slot)
+                built = ", ".join(repr(c) for c in _c_choices(slot))
                 raise EngineError(f"kda_{slot} must be 'torch', {built} or 'champion', not "
                                   f"{choice!r}")
             slots = slots.with_kda(_c_kernel(kernel, cache), label,
