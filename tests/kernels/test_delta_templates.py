@@ -66,6 +66,10 @@ VARIANTS: list[tuple[str, dict[str, KnobValue]]] = [
     ("recurrent-deferred-separate-narrow", {**RECURRENT, "decay": "deferred",
                                             "passes": "separate", "tile_v": 8,
                                             "token_group": 1}),
+    # one token per sequence through the prefill tiles (decode=direct is the default)
+    ("recurrent-decode-through-tiles", {**RECURRENT, "decode": "tiles"}),
+    ("recurrent-decode-direct-serial-unprefetched", {**RECURRENT, "parallel": "serial",
+                                                     "state_prefetch": "none"}),
     ("chunked-default", {}),
     ("chunked-huge-guided", {**CHUNKED, "output_pages": "huge", "schedule": "guided"}),
     ("chunked-16-tiles", {**CHUNKED, "chunk": 16, "parallel": "tiles", "tile_v": 16,
@@ -119,8 +123,10 @@ ISA_VARIANTS: list[tuple[str, dict[str, KnobValue]]] = [
     ("recurrent-streamed", {**RECURRENT, "output_stores": "streaming", "tile_v": 16,
                             "token_group": 1}),
 ]
-# strong decay; a tail shorter than a chunk; value columns (48) not a multiple of a vector
-ISA_CASES = ("strong-decay", "tail-not-chunk-multiple", "gva-2x-k-ne-v")
+# strong decay; a tail shorter than a chunk; value columns (48) not a multiple of a vector;
+# decode's sweeps, as wide as the target's registers hold
+ISA_CASES = ("strong-decay", "tail-not-chunk-multiple", "gva-2x-k-ne-v",
+             "decode-gva-wide-values")
 
 
 @pytest.mark.slow

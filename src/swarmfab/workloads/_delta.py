@@ -279,6 +279,11 @@ class GatedDeltaRule(Workload):
             Case("decode-in-place-pool", Shape(3, 1, 2, 2, 32, 16, True, pool=7), seed=9),
             Case("prefill-in-place-pool-gva", Shape(2, 45, 1, 2, 16, 48, True, pool=5),
                  seed=10),
+            # one token per sequence, as decode runs it: value columns past a whole vector
+            # sweep (128 with AVX-512, 32 with AVX2) and a part one; and from a zero state
+            Case("decode-gva-wide-values", Shape(2, 1, 1, 2, 32, 144, initial_state=True),
+                 seed=11),
+            Case("one-token-no-state", Shape(2, 1, 2, 2, 16, 40), seed=12),
         ]
 
     def fuzz_cases(self, rng: random.Random, count: int) -> list[Case]:
