@@ -252,7 +252,10 @@ def _side_json(table: Any) -> dict[str, Any]:
             "cache": table.cache, "roofline_bound_s": table.bound_s,
             "seconds": {n: est(e) for n, e in table.seconds.items()},
             "ratio_to_reference": {n: est(e) for n, e in table.ratio_to_reference.items()},
-            "minor_faults_per_call": table.faults}
+            "minor_faults_per_call": table.faults,
+            # a memory-bound shape: its compulsory bytes updated in place, timed beside
+            # (the roofline bound's memory term)
+            "memory_stream_s": None if table.memory_s is None else est(table.memory_s)}
 
 
 @friendly

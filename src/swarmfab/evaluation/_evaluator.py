@@ -21,6 +21,7 @@ from typing import Any
 from swarmfab.backends import Artifact, get_backend
 from swarmfab.errors import BuildError, MeasurementError, SandboxError
 from swarmfab.evaluation import _conductor as conductor
+from swarmfab.evaluation._bound import MEMORY_STREAM, bound_seconds, memory_bound
 from swarmfab.evaluation._cores import CoreBroker, pinned_thread
 from swarmfab.evaluation._inductor_base import base_cache, linked_headers, staged_base
 from swarmfab.evaluation._outcomes import (
@@ -89,6 +90,9 @@ class SideBySide:
     # median minor page faults per call, per implementation (where /proc tells): the
     # share of a call the OS spends mapping fresh memory shows here, not in the kernel
     faults: dict[str, float] = field(default_factory=dict)
+    # a memory-bound shape's compulsory bytes moved by an in-place update in the same
+    # rounds (the bound's memory term, :mod:`._bound`); None where not timed
+    memory_s: Estimate | None = None
 
     def roofline_fraction(self, name: str) -> float | None:
         return None if self.bound_s is None else self.bound_s / self.seconds[name].median
@@ -311,10 +315,11 @@ class Evaluator:
     ) -> Verdict:
         mine = Implementation("candidate", artifact=artifact)
         beside = beside or {}
-        plan = [(case, [incumbents[case.shape.label],
-                        *[Implementation(name, baseline=name)
-                          for name in beside.get(case.shape.label, ())
-                          if name != incumbents[case.shape.label].name], mine])
+        plan = [(case, self._with_stream(case, [
+                    incumbents[case.shape.label],
+                    *[Implementation(name, baseline=name)
+                      for name in beside.get(case.shape.label, ())
+                      if name != incumbents[case.shape.label].name], mine]))
                 for case in self.targets]
         # the outputs are compared on the sessions' cores too: it is verification work,
         # and on any other core it would disturb a benchmark running there
@@ -374,7 +379,8 @@ class Evaluator:
                           if number == 0 or impl.name in only[case.shape.label]]
             shape_policy = (policies or {}).get(case.shape.label, policy)
             with self.cores.lease(self.threads) as cores:
-                outcome = self._conduct([(case, chosen)], shape_policy, None, cores,
+                outcome = self._conduct([(case, self._with_stream(case, chosen))], shape_policy,
+                                        None, cores,
                                         wall_s=SIDE_BY_SIDE_WALL_S)
             if outcome.status is not JobStatus.OK:
                 raise MeasurementError(f"side-by-side benchmark failed on {case.shape.label}: "
@@ -385,15 +391,19 @@ class Evaluator:
         for run in runs:
             if run.error:
                 raise MeasurementError(f"side-by-side benchmark failed on {run.shape}: {run.error}")
+            seconds = dict(run.seconds)
+            stream = seconds.pop(MEMORY_STREAM, None)
             tables.append(SideBySide(
                 shape=run.shape, reference=reference,
-                seconds={name: median_ci(s) for name, s in run.seconds.items()},
+                seconds={name: median_ci(s) for name, s in seconds.items()},
                 ratio_to_reference={
-                    name: paired_ratio(s, run.seconds[reference]) for name, s in run.seconds.items()
+                    name: paired_ratio(s, seconds[reference]) for name, s in seconds.items()
                 },
-                samples=len(run.seconds[reference]),
-                bound_s=self._bound(self._target_shape(run.shape)), cache=policy.cache,
-                faults={name: statistics.median(f) for name, f in run.faults.items() if f},
+                samples=len(seconds[reference]),
+                bound_s=self._bound(self._target_shape(run.shape), stream), cache=policy.cache,
+                faults={name: statistics.median(f) for name, f in run.faults.items()
+                        if f and name != MEMORY_STREAM},
+                memory_s=None if stream is None else median_ci(stream),
             ))
         return tables
 
@@ -477,8 +487,9 @@ class Evaluator:
         mine, theirs = run.seconds["candidate"], run.seconds[incumbent]
         ratio = paired_ratio(mine, theirs)
         candidate_s = median_ci(mine)
-        bound = self._bound(shape)
-        others = [name for name in run.seconds if name not in ("candidate", incumbent)]
+        bound = self._bound(shape, run.seconds.get(MEMORY_STREAM))
+        others = [name for name in run.seconds
+                  if name not in ("candidate", incumbent, MEMORY_STREAM)]
         return ShapeTiming(
             shape=shape.label, incumbent=incumbent, candidate_s=candidate_s,
             incumbent_s=median_ci(theirs), ratio=ratio,
@@ -488,11 +499,16 @@ class Evaluator:
             beside_ratio={name: paired_ratio(mine, run.seconds[name]) for name in others},
         )
 
-    def _bound(self, shape: AnyShape) -> float | None:
-        flops, nbytes = self.workload.flops(shape), self.workload.min_bytes(shape)
-        if self.peaks is None or flops is None or nbytes is None:
-            return None
-        return self.peaks.bound_seconds(flops, nbytes)
+    def _bound(self, shape: AnyShape, stream: list[float] | None = None) -> float | None:
+        return bound_seconds(self.workload, shape, self.peaks, stream)
+
+    def _with_stream(self, case: Case, implementations: list[Implementation]
+                     ) -> list[Implementation]:
+        """``implementations``, and where the shape is memory-bound the memory stream
+        that times its bound's memory term in the same rounds (:mod:`._bound`)."""
+        if not memory_bound(self.workload, case.shape, self.peaks):
+            return implementations
+        return [*implementations, Implementation(MEMORY_STREAM, memory_stream=True)]
 
     def _impossible(self, timing: ShapeTiming) -> bool:
         flops = self.workload.flops(self._target_shape(timing.shape))

@@ -27,13 +27,16 @@ __all__ = ["CaseRun", "Implementation", "ShapeRun", "case_runs", "run_cases",
 
 @dataclass(frozen=True, slots=True)
 class Implementation:
-    """Something to time: a built candidate (``artifact``) or a named baseline."""
+    """Something to time: a built candidate (``artifact``), a named baseline, or
+    (``memory_stream``) an in-place update moving a case's compulsory bytes, the memory
+    term of its roofline bound (:mod:`._bound`)."""
 
     name: str
     artifact: Artifact | None = None
     baseline: str | None = None
     # what the artifact was built from, so a worker on another machine can build it too
     source: Candidate | None = None
+    memory_stream: bool = False
 
     def load(self, workload: Workload, *, fill_outputs: bool) -> Forward:
         if self.artifact is not None:
@@ -244,6 +247,8 @@ def _take_case(
     device: str,
 ) -> tuple[dict[str, torch.Tensor] | None, Callable[[], object], _Spy | None]:
     """The calls of one case; with ``pick``, the sentinel-filled outputs and the spy."""
+    if implementation.memory_stream:
+        return None, _memory_stream(workload, case, device), None
     inputs = _on_device(workload.make_inputs(case), device)
     outputs = None
     if pick is not None:
@@ -255,6 +260,14 @@ def _take_case(
     twin = _on_device(workload.make_inputs(probes.twin_case(case)), device)
     spy = _Spy(call, pick, inputs, twin)
     return outputs, spy, spy
+
+
+def _memory_stream(workload: Workload, case: Case, device: str) -> Callable[[], object]:
+    """An in-place update of half the case's compulsory bytes: each call reads and
+    writes them all (torch's own threads, as many as the implementations have)."""
+    nbytes = workload.min_bytes(case.shape) or 0.0
+    buffer = torch.ones(max(1, int(nbytes) // 8), device=device)
+    return lambda: buffer.mul_(1.0)
 
 
 def _stopwatch(device: str) -> Stopwatch:

@@ -55,6 +55,9 @@ def bench_table(tables: list[SideBySide], title: str) -> Table:
             table.add_row(side.shape if index == 0 else "", name, _ms(seconds), shown,
                           _percent(side.roofline_fraction(name)),
                           "-" if faults is None else f"{faults:,.0f}")
+        if side.memory_s is not None:  # the bound's memory term, timed in the same rounds
+            table.add_row("", "[dim](bound) its bytes updated in place[/]",
+                          f"[dim]{_ms(side.memory_s)}[/]", "-", "-", "-")
     return table
 
 

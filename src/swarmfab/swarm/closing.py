@@ -209,6 +209,9 @@ def summarise(champion: Candidate | None, final: list[SideBySide], where: Path |
             "speedups": {n: list(_as_tuple(table.ratio_to_reference[n])) for n in baselines},
             "samples": table.samples,
             "roofline_fraction": table.roofline_fraction("champion"),
+            # a memory-bound shape's bound, timed beside: its bytes moved in place
+            "memory_stream_s": None if table.memory_s is None else list(
+                _as_tuple(table.memory_s)),
         })
     return {"champion": champion.id if champion else None,
             "champion_dir": str(where) if where else None, "shapes": shapes}
