@@ -217,7 +217,8 @@ def roofline_chart(view: RunView) -> Chart:
         _empty(axes, "no accepted candidate with a known cost model")
     axes.set_xlabel("arithmetic intensity (FLOP per compulsory byte)")
     axes.set_ylabel("achieved GFLOP/s")
-    note = ("host peaks measured by the run (float32 multiply-add loop, large copy)" if view.peaks
+    note = ("host peaks measured by the run (float32 multiply-add loop, the faster of a large "
+            "copy and a large update in place)" if view.peaks
             else "no host peaks stored for this run's host")
     return Chart("roofline", title, _svg(figure),
                  f"Achieved GFLOP/s of each accepted candidate on each target shape (median "

@@ -209,7 +209,7 @@ class Setup:
         peaks = self.evaluator.peaks = host_peaks(self.store, self.goal.threads,
                                                   self.evaluator.limits, device=self.goal.device)
         self._log(f"host peaks: {peaks.flops_per_s / 1e9:.0f} GFLOP/s float32 multiply-add "
-                  f"peak, {peaks.bytes_per_s / 1e9:.1f} GB/s copy ({self.goal.threads} threads"
+                  f"peak, {peaks.bytes_per_s / 1e9:.1f} GB/s memory ({self.goal.threads} threads"
                   f"{', stored' if stored else ''})")
 
     def _calibrate(self) -> Calibration:
