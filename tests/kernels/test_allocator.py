@@ -3,12 +3,14 @@ from what this host's probe finds, and doing what it says (no page faults once w
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from swarmfab.backends import get_backend
 from swarmfab.kernels._allocator import glibc_malloc
 from swarmfab.workloads import design_space
 
@@ -94,3 +96,48 @@ def test_a_retaining_model_new_runs_without_page_faults_once_warm(
     pages = 40 * 2**20 / 4096
     assert faults["system"] > 0.5 * pages, faults  # fresh pages for every output
     assert faults["retain"] < 0.01 * pages, faults  # the pages of the last one
+
+
+# the gated delta rule's C kernel through fla's API: one 32 MiB output per prefill call
+COUNT_KERNEL_FAULTS = '''
+import resource, sys
+from pathlib import Path
+import torch
+from swarmfab.backends import Artifact, get_backend
+from swarmfab.workloads import Case, Shape, get_workload
+torch.set_num_threads(1)
+kda = get_workload("kda")
+forward = get_backend("c").load(Artifact("c", Path(sys.argv[1])), kda, fill_outputs=False)
+inputs = kda.make_inputs(Case("x", Shape(1, 512, 1, 16, 16, 1024), seed=0))  # o: 32 MiB
+for _ in range(5):
+    kda.call(forward, inputs)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    kda.call(forward, inputs)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
+'''
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_a_retaining_delta_kernel_makes_fresh_outputs_fault_free_once_loaded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("swarmfab.kernels.delta.faults_are_costly", lambda: True)
+    space = design_space("kda")
+    assert space.knob("allocator").values == ("system", "retain")
+    assert space.default()["allocator"] == "system"  # never process-wide unless chosen
+    assert [move for move, _ in space.starting if "allocator" in move] == [
+        {"allocator": "retain"}]
+    faults = {}
+    for value in ("system", "retain"):
+        setting = {**space.default(), "algorithm": "recurrent", "allocator": value}
+        candidate = space.instantiate(setting, threads=1)
+        source = candidate.sources[candidate.entry]
+        assert "PROCESS-WIDE" in source  # the template says what the knob does, always
+        assert ("#define DELTA_RETAIN_FREED_MEMORY 1" in source) is (value == "retain")
+        artifact = get_backend("c").build(candidate, tmp_path / "cache")
+        done = subprocess.run([sys.executable, "-c", COUNT_KERNEL_FAULTS, str(artifact.path)],
+                              capture_output=True, text=True, timeout=300, check=True)
+        faults[value] = float(done.stdout.split()[-1])
+    pages = 32 * 2**20 / 4096
+    assert faults["system"] > 0.5 * pages, faults
+    assert faults["retain"] < 0.01 * pages, faults

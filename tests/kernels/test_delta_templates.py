@@ -24,6 +24,7 @@ import torch
 
 from swarmfab.evaluation import Evaluator
 from swarmfab.kernels import DesignSpace, KnobValue
+from swarmfab.kernels._allocator import glibc_malloc
 from swarmfab.kernels._host import all_isa_names, isa_targets
 from swarmfab.records import Status
 from swarmfab.sandbox import Limits
@@ -70,6 +71,9 @@ VARIANTS: list[tuple[str, dict[str, KnobValue]]] = [
     ("recurrent-decode-through-tiles", {**RECURRENT, "decode": "tiles"}),
     ("recurrent-decode-direct-serial-unprefetched", {**RECURRENT, "parallel": "serial",
                                                      "state_prefetch": "none"}),
+    # glibc's malloc keeping freed memory (process-wide, in the verifying job)
+    *([("recurrent-retain-freed-memory", {**RECURRENT, "allocator": "retain",
+                                          "token_group": 1})] if glibc_malloc() else []),
     ("chunked-default", {}),
     ("chunked-huge-guided", {**CHUNKED, "output_pages": "huge", "schedule": "guided"}),
     ("chunked-16-tiles", {**CHUNKED, "chunk": 16, "parallel": "tiles", "tile_v": 16,

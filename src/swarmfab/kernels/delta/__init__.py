@@ -22,8 +22,9 @@ import functools
 import shlex
 from importlib import resources
 
+from swarmfab.kernels._allocator import faults_are_costly, glibc_malloc
 from swarmfab.kernels._host import isa_targets
-from swarmfab.kernels._space import DesignSpace, Knob, Setting
+from swarmfab.kernels._space import DesignSpace, Knob, KnobValue, Setting
 
 __all__ = ["delta_space"]
 
@@ -89,6 +90,8 @@ def _render(
         f"#define DELTA_SCALAR_GATE {int(_GATE_IS_SCALAR[workload])}",
         f"#define DELTA_SYMBOL {workload}_forward",
         f"#define DELTA_HUGE_OUTPUTS {1 if setting['output_pages'] == 'huge' else 0}",
+        *(["#define DELTA_RETAIN_FREED_MEMORY 1"] if setting.get("allocator") == "retain"
+          else []),
         *knobs,
     ]
     isa = dict(isa_targets())[str(setting["isa"])]
@@ -114,8 +117,28 @@ def delta_space(workload: str) -> DesignSpace:
     algorithms at their best, not at their most naive. At one token per sequence the
     recurrence updates each state where it lies (``decode=direct``): B256 decode in place
     ran 1.7x faster so on a 2-core Zen 4, near an in-place scale of the pool.
+
+    Where the C library is glibc, ``allocator = retain`` has the kernel's library tell
+    malloc, when it is loaded, to keep freed memory (process-wide, said so in the
+    source): fla's API allocates the outputs on every call, and where fresh pages are
+    costly (:mod:`~swarmfab.kernels._allocator`) that is a starting point.
     """
     isa_values = tuple(name for name, _ in isa_targets())
+    allocator: tuple[Knob, ...] = ()
+    starting: tuple[tuple[dict[str, KnobValue], str], ...] = (
+        # the other template, at its best-engineered knobs: the one move whose gain or
+        # loss is largest (the recurrence wins at decode and, on the CPUs measured so far,
+        # at long prefill too), and one a bandit drawing among every knob's untried arms
+        # reaches late in a short run
+        ({"algorithm": "recurrent"}, "the per-token recurrence beside the chunked form"),)
+    if glibc_malloc():
+        allocator = (Knob("allocator", "layout", ("system", "retain"), "system",
+                          help="process-wide, when the kernel's library is loaded: glibc "
+                               "malloc as set, or keeping freed memory (fresh outputs "
+                               "then land on pages already mapped)"),)
+        if faults_are_costly():
+            starting += (({"allocator": "retain"}, "outputs on pages already mapped: fresh "
+                          "pages are costly on this host"),)
     return DesignSpace(
         name=f"{workload}-cpu",
         workload=workload,
@@ -173,13 +196,9 @@ def delta_space(workload: str) -> DesignSpace:
                       "(no working copy)"),
             Knob("optimisation", "compiler", tuple(_OPTIMISATION), "O3-fastmath", ordered=True,
                  help="optimisation level, fast-math, loop unrolling"),
+            *allocator,
         ),
         render=functools.partial(_render, workload),
-        # the other template, at its best-engineered knobs: the one move whose gain or loss
-        # is largest (the recurrence wins at decode and, on the CPUs measured so far, at
-        # long prefill too), and one a bandit drawing among every knob's untried arms
-        # reaches late in a short run
-        starting=(({"algorithm": "recurrent"},
-                   "the per-token recurrence beside the chunked form"),),
+        starting=starting,
     )
 

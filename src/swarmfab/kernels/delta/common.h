@@ -5,6 +5,7 @@
  *   DELTA_SYMBOL       exported entry point (kda_forward, gdn_forward); its pooled form
  *                      DELTA_SYMBOL_indexed is exported too (see the end of this file)
  *   DELTA_HUGE_OUTPUTS 1: 2 MB pages behind the outputs (madvise) before they are written
+ *   DELTA_RETAIN_FREED_MEMORY 1: glibc's malloc keeps freed memory (process-wide, below)
  */
 #include <math.h>
 #include <stdint.h>
@@ -78,6 +79,20 @@ static inline __attribute__((always_inline)) float delta_exp(float x)
     union { int32_t i; float f; } scale = { .i = ((int32_t)n + 127) << 23 };
     return p * scale.f;
 }
+
+#if DELTA_RETAIN_FREED_MEMORY
+#include <malloc.h>
+/* PROCESS-WIDE, from the moment this library is loaded: glibc's malloc serves large
+ * blocks from its heap instead of a fresh mmap each, and never gives freed memory back
+ * to the system, so an output allocated on every call (fla's API, and every benchmark)
+ * lands on pages already mapped: no page faults once warm. The process's resident
+ * memory stays at its peak. glibc only (the design space offers it there). */
+__attribute__((constructor)) static void delta_retain_freed_memory(void)
+{
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, 0x7fffffff);
+}
+#endif
 
 #if DELTA_HUGE_OUTPUTS
 #include <sys/mman.h>
