@@ -18,6 +18,7 @@ from typer.testing import CliRunner, Result
 from swarmfab.backends import cuda_device_available
 from swarmfab.cli import app
 from swarmfab.kernels import DesignSpace
+from swarmfab.kernels._allocator import glibc_malloc
 from swarmfab.workloads.kda import KDA
 
 needs_cc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -381,3 +382,44 @@ def test_bench_reports_the_page_faults_each_implementation_takes_a_call(
     assert set(faults) == {"candidate", "torch-recurrent"}, faults
     assert faults["candidate"] >= (16 << 20) // mmap.PAGESIZE, faults
     assert faults["torch-recurrent"] < faults["candidate"] / 4, faults
+
+
+# 8 MiB from malloc each call, touched page by page and freed: as glibc sets itself, the
+# first free raises the mmap threshold past 8 MiB and later calls reuse the heap's pages
+MALLOC_EVERY_CALL = """
+    block = LIBC.malloc(FRESH)
+    LIBC.madvise((block + 4095) & ~4095, FRESH - 8192, 14)  # MADV_NOHUGEPAGE
+    ctypes.memset(block, 1, FRESH)
+    LIBC.free(block)
+"""
+MALLOCING_CANDIDATE = PYTHON_CANDIDATE.replace("def forward(", """import ctypes
+
+FRESH = 8 << 20
+LIBC = ctypes.CDLL(None)
+LIBC.malloc.restype, LIBC.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+LIBC.free.argtypes = [ctypes.c_void_p]
+LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+
+def forward(""", 1).replace(
+    "    scale = q.shape", MALLOC_EVERY_CALL.lstrip("\n") + "    scale = q.shape", 1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not glibc_malloc(), reason="the C library is not glibc")
+def test_every_session_maps_a_large_block_afresh_whatever_it_freed_before(
+    tmp_path: Path, write_file: Callable[[str, str], Path]
+) -> None:
+    """glibc's thresholds are fixed in the sessions: a process's allocation history must
+    not decide what its calls pay in page faults (a freed 8 MiB block would otherwise
+    make every later one come from the heap, faulted in once)."""
+    candidate = write_file("mallocing.py", MALLOCING_CANDIDATE)
+    result = invoke("bench", "kda", "--candidate", candidate, "--shape", "1,16,2,16,16",
+                    "--baseline", "torch-recurrent", "--threads", "1", "--json",
+                    "--db", tmp_path / "x.db", "--workdir", tmp_path / "wd")
+    assert result.exit_code == 0, result.output
+    (table,) = json.loads(result.stdout)
+    faults = table["minor_faults_per_call"]
+    # at least one fault per 16 pages (a kernel may map several pages a fault: this
+    # host's took 516 a call for 2,048 pages); without fixed thresholds, none
+    assert faults["candidate"] >= (8 << 20) // mmap.PAGESIZE // 16, faults

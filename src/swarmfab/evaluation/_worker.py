@@ -7,6 +7,7 @@ that tampers with its own process cannot change how it is judged.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ import threadpoolctl
 import torch
 
 from swarmfab.backends import Artifact, get_backend
+from swarmfab.kernels._allocator import glibc_malloc
 from swarmfab.measure.timer import HostStopwatch, Stopwatch
 from swarmfab.records import Candidate
 from swarmfab.sandbox import Channel
@@ -203,6 +205,7 @@ def serve_implementation(
     implementation raised (the conductor reports that shape as failed).
     """
     _pin(threads)
+    _fixed_malloc_thresholds()
     workload = get_workload(workload_name)
     stopwatch = _stopwatch(device)
     flushes: dict[int, HostStopwatch] = {}
@@ -306,6 +309,27 @@ class _Spy:
 
 def _bind(workload: Workload, forward: Forward, inputs: Inputs) -> Callable[[], object]:
     return lambda: workload.call(forward, inputs)
+
+
+# glibc's initial mmap threshold (a block this large or larger is mapped afresh), and
+# mallopt's name for it
+_MMAP_THRESHOLD, _M_MMAP_THRESHOLD = 128 * 1024, -3
+
+
+def _fixed_malloc_thresholds() -> None:
+    """glibc's malloc with its thresholds fixed at their initial values, so a process's
+    allocation history cannot decide what its calls pay in page faults. As the system sets
+    it, freeing a mapped block raises the mmap threshold to that block's size (up to 32
+    MiB), and blocks that size come from the heap from then on, faulted in once: so
+    whether a 32 MiB output costs 8,192 page faults a call (a quarter of a KDA prefill
+    call on a VM) followed what else the process had allocated and freed, and two builds
+    of one kernel, told apart only by their scratch sizes, read 1.33x apart at B1 T4096
+    H16. Fixed, every session maps a large block afresh, as a fresh process does at its
+    first such call; an implementation that sets malloc itself when it loads (the C
+    space's ``allocator = retain``) still has its way. Nothing changes where the C
+    library is not glibc."""
+    if glibc_malloc():
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
 
 
 def _pin(threads: int) -> None:
