@@ -68,3 +68,12 @@ def test_a_median_clearly_worse_than_epsilon_blocks_promotion_even_if_the_ci_is_
     verdict = Verdict("abc123", Status.ACCEPTED, "test",
                       timings=(_timing("shape0", "faster"), noisy_regression))
     assert not judge(verdict).promote
+
+
+def test_a_shape_where_the_move_runs_the_same_code_is_not_judged() -> None:
+    """Its reading is a difference between two processes: it neither crowns nor blocks."""
+    assert not judge(_verdict("indistinguishable", "faster"), same_code={"shape1"}).promote
+    assert judge(_verdict("faster", "slower"), same_code={"shape1"}).promote
+    alone = judge(_verdict("faster", "faster"), same_code={"shape0", "shape1"})
+    assert not alone.promote and "changes no code" in alone.reason
+    assert judge(_verdict("faster", "slower")).promote is False  # as before without it

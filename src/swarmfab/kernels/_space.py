@@ -7,8 +7,9 @@ nothing in an agent is specific to one workload.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from swarmfab.records import Candidate
 
@@ -49,6 +50,10 @@ class DesignSpace:
     source (a Triton and a CUDA template); by default every candidate uses ``backend``.
     ``starting`` names moves worth measuring before any search, each a partial setting
     with its reason (:class:`~swarmfab.agents.builtin.starting.StartingPointsAgent`).
+    ``inert(setting, shape)`` names the knobs a call of ``shape`` never reads under
+    ``setting`` (the recurrence's prefill knobs at one token per sequence): a move in
+    those alone runs the same code there, so a timing of it there measures nothing but
+    the two processes (:meth:`same_code_on`, which the gate uses).
     """
 
     name: str
@@ -58,6 +63,7 @@ class DesignSpace:
     render: Callable[[Setting, int], tuple[dict[str, str], str, tuple[str, ...]]]
     backend_for: Callable[[Setting], str] | None = None
     starting: tuple[tuple[Setting, str], ...] = ()
+    inert: Callable[[Setting, Any], Collection[str]] | None = None
 
     def __post_init__(self) -> None:
         for move, _ in self.starting:
@@ -84,6 +90,15 @@ class DesignSpace:
             if setting.get(knob.name) not in knob.values:
                 given = setting.get(knob.name)
                 raise ValueError(f"knob {knob.name}: {given!r} not in {knob.values}")
+
+    def same_code_on(self, a: Setting, b: Setting, shape: Any) -> bool:
+        """Whether settings ``a`` and ``b`` differ only in knobs a call of ``shape``
+        never reads under either (:attr:`inert`); False where the space cannot tell."""
+        names = {knob.name for knob in self.knobs}
+        if self.inert is None or not (names <= set(a) and names <= set(b)):
+            return False
+        differ = {name for name in names if a[name] != b[name]}
+        return bool(differ) and differ <= set(self.inert(a, shape)) & set(self.inert(b, shape))
 
     def live_knobs(self, setting: Setting, *, threads: int) -> list[Knob]:
         """Knobs with another value that renders a different candidate from ``setting``.

@@ -413,8 +413,9 @@ class Run:
         self.recent.append(verdict)
         if evaluation.counterexample is not None:
             self._grow_corpus(run_id, evaluation.counterexample, candidate)
-        decision = judge(verdict)
         current = self.champion.id if self.champion else None
+        same = self._same_code(candidate) if submission.incumbent == current else []
+        decision = judge(verdict, same)
         if decision.promote and len(self.evaluator.cases) > submission.corpus:
             decision = self._check_new_cases(candidate, submission.corpus)
         if decision.promote and submission.incumbent != current:
@@ -428,8 +429,18 @@ class Run:
         if decision.promote:
             self._crown(run_id, candidate)
             line += "  -> new champion"
+        if same:
+            line += f"  [the champion's code on {', '.join(same)}: not judged there]"
         self.log(line + f"  ({candidate.rationale})")
         return decision.promote
+
+    def _same_code(self, candidate: Candidate) -> list[str]:
+        """Target shapes on which ``candidate`` runs the champion's code (its knobs differ
+        only in ones those calls never read), where the champion is the incumbent."""
+        if self.champion is None or not (candidate.knobs and self.champion.knobs):
+            return []
+        return [case.shape.label for case in self.evaluator.targets
+                if self.space.same_code_on(candidate.knobs, self.champion.knobs, case.shape)]
 
     def _check_new_cases(self, candidate: Candidate, known: int) -> GateDecision:
         """The corpus grew while ``candidate`` was evaluated: it must pass the new cases."""
@@ -445,7 +456,7 @@ class Run:
     def _rematch(self, run_id: str, candidate: Candidate) -> GateDecision:
         """The champion changed while ``candidate`` was timed: time it against the new one."""
         verdict = self.evaluator.rematch(candidate, self.incumbents)
-        decision = judge(verdict)
+        decision = judge(verdict, self._same_code(candidate))
         gains = " ".join(f"{t.ratio.inverted().median:.2f}x" for t in verdict.timings)
         detail = (f"{candidate.id} timed again against the current champion: "
                   f"{gains or verdict.reason[:100]}; {decision.reason}")

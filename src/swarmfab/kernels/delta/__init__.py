@@ -38,6 +38,19 @@ _OPTIMISATION = {
 }
 _PARALLEL = {"serial": 0, "heads": 1, "tiles": 2}
 _PASSES = {"separate": 4, "fused": 2, "pipelined": 1}
+# what only the recurrence's tiles read: a one-token call with decode=direct never does
+_TILE_KNOBS = frozenset({"passes", "decay", "tile_v", "token_group", "row_group",
+                         "state_layout", "output_stores", "input_prefetch"})
+
+
+def _inert(setting: Setting, shape: object) -> frozenset[str]:
+    """The knobs a call of ``shape`` never reads under ``setting``: at one token per
+    sequence the recurrence with ``decode = direct`` sweeps the states where they lie,
+    and none of its tiles' knobs is read."""
+    one_token = getattr(shape, "T", None) == 1
+    if one_token and setting.get("algorithm") == "recurrent" and setting.get("decode") == "direct":
+        return _TILE_KNOBS
+    return frozenset()
 
 
 def _template(name: str) -> str:
@@ -200,5 +213,6 @@ def delta_space(workload: str) -> DesignSpace:
         ),
         render=functools.partial(_render, workload),
         starting=starting,
+        inert=_inert,
     )
 
