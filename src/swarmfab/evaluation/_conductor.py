@@ -21,9 +21,8 @@ around each sample's request. So:
   freed), and an A/A comparison of one kernel against itself at B1 T8192 H8 read
   0.84x [0.78, 0.86] when only the checked session had made the sentinel-filled call
   and held the twin inputs (no page faults a call, against 14,500 in the other); and
-  every session fixes glibc's thresholds at their initial values, since two builds of
-  one kernel allocate different scratch and still read 1.33x apart there
-  (``_worker._fixed_malloc_thresholds``);
+  every session fixes glibc's thresholds where a long-running process's end up, since
+  two implementations never allocate alike (``_worker._fixed_malloc_thresholds``);
 - before each sample the conductor waits until no thread of any other session is
   running (an OpenMP pool spins for a few milliseconds after its last region), for at
   most 50 ms: on a loaded host a spinning thread may wait that long for a core. A

@@ -311,25 +311,27 @@ def _bind(workload: Workload, forward: Forward, inputs: Inputs) -> Callable[[], 
     return lambda: workload.call(forward, inputs)
 
 
-# glibc's initial mmap threshold (a block this large or larger is mapped afresh), and
-# mallopt's name for it
-_MMAP_THRESHOLD, _M_MMAP_THRESHOLD = 128 * 1024, -3
+# glibc's largest dynamic mmap threshold (64-bit) and the trim threshold that goes with
+# it, and mallopt's names for them
+_MMAP_THRESHOLD, _M_MMAP_THRESHOLD = 32 * 2**20, -3
+_TRIM_THRESHOLD, _M_TRIM_THRESHOLD = 2 * _MMAP_THRESHOLD, -1
 
 
 def _fixed_malloc_thresholds() -> None:
-    """glibc's malloc with its thresholds fixed at their initial values, so a process's
-    allocation history cannot decide what its calls pay in page faults. As the system sets
-    it, freeing a mapped block raises the mmap threshold to that block's size (up to 32
-    MiB), and blocks that size come from the heap from then on, faulted in once: so
-    whether a 32 MiB output costs 8,192 page faults a call (a quarter of a KDA prefill
-    call on a VM) followed what else the process had allocated and freed, and two builds
-    of one kernel, told apart only by their scratch sizes, read 1.33x apart at B1 T4096
-    H16. Fixed, every session maps a large block afresh, as a fresh process does at its
-    first such call; an implementation that sets malloc itself when it loads (the C
-    space's ``allocator = retain``) still has its way. Nothing changes where the C
-    library is not glibc."""
+    """glibc's malloc with its thresholds fixed where a long-running process's end up,
+    so a session's allocation history cannot decide what its calls pay in page faults.
+    As the system sets it, freeing a mapped block raises the mmap threshold to that
+    block's size (up to 32 MiB) and the heap's trim threshold to twice that: whether a
+    call's blocks come from pages already mapped, or from fresh ones (a 16 MiB output
+    faults 4,096 pages, a quarter of a KDA prefill call on a VM), followed what else the
+    process had freed before. Fixed at 32 MiB and 64 MiB, blocks under 32 MiB come from
+    the heap and stay mapped, larger ones are mapped afresh, in every session alike; an
+    implementation that sets malloc itself when it loads (the C space's ``allocator =
+    retain``) still has its way. Nothing changes where the C library is not glibc."""
     if glibc_malloc():
-        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+        libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
 
 
 def _pin(threads: int) -> None:
