@@ -430,7 +430,7 @@ class Run:
             self._crown(run_id, candidate)
             line += "  -> new champion"
         if same:
-            line += f"  [the champion's code on {', '.join(same)}: not judged there]"
+            line += f"  (not judged on {', '.join(same)}: the champion's code there)"
         self.log(line + f"  ({candidate.rationale})")
         return decision.promote
 
