@@ -365,6 +365,18 @@ FAULTING_CANDIDATE = PYTHON_CANDIDATE.replace(
     "    scale = q.shape", FAULT_EVERY_CALL.lstrip("\n") + "    scale = q.shape", 1)
 
 
+def _faults_a_call(candidate: Path, tmp_path: Path) -> dict[str, float]:
+    """``swarmfab bench --json``'s page faults a call: the candidate beside
+    torch-recurrent on one small shape, one thread."""
+    result = invoke("bench", "kda", "--candidate", candidate, "--shape", "1,16,2,16,16",
+                    "--baseline", "torch-recurrent", "--threads", "1", "--json",
+                    "--db", tmp_path / "x.db", "--workdir", tmp_path / "wd")
+    assert result.exit_code == 0, result.output
+    (table,) = json.loads(result.stdout)
+    faults: dict[str, float] = table["minor_faults_per_call"]
+    return faults
+
+
 @pytest.mark.slow
 def test_bench_reports_the_page_faults_each_implementation_takes_a_call(
     tmp_path: Path, write_file: Callable[[str, str], Path]
@@ -372,13 +384,7 @@ def test_bench_reports_the_page_faults_each_implementation_takes_a_call(
     """Read from outside the sessions' processes: a candidate that touches 16 MiB of
     fresh pages every call shows at least 4,096 faults a call at 4 KiB pages."""
     assert "region.madvise" in FAULTING_CANDIDATE
-    candidate = write_file("faulting.py", FAULTING_CANDIDATE)
-    result = invoke("bench", "kda", "--candidate", candidate, "--shape", "1,16,2,16,16",
-                    "--baseline", "torch-recurrent", "--threads", "1", "--json",
-                    "--db", tmp_path / "x.db", "--workdir", tmp_path / "wd")
-    assert result.exit_code == 0, result.output
-    (table,) = json.loads(result.stdout)
-    faults = table["minor_faults_per_call"]
+    faults = _faults_a_call(write_file("faulting.py", FAULTING_CANDIDATE), tmp_path)
     assert set(faults) == {"candidate", "torch-recurrent"}, faults
     assert faults["candidate"] >= (16 << 20) // mmap.PAGESIZE, faults
     assert faults["torch-recurrent"] < faults["candidate"] / 4, faults
@@ -416,13 +422,7 @@ def test_a_session_keeps_the_heap_a_long_running_process_would(
 ) -> None:
     """glibc's thresholds are fixed in the sessions where a long-running process's end
     up: what its calls pay in page faults must not follow what it freed before."""
-    candidate = write_file("mallocing.py", MALLOCING_CANDIDATE)
-    result = invoke("bench", "kda", "--candidate", candidate, "--shape", "1,16,2,16,16",
-                    "--baseline", "torch-recurrent", "--threads", "1", "--json",
-                    "--db", tmp_path / "x.db", "--workdir", tmp_path / "wd")
-    assert result.exit_code == 0, result.output
-    (table,) = json.loads(result.stdout)
-    faults = table["minor_faults_per_call"]
+    faults = _faults_a_call(write_file("mallocing.py", MALLOCING_CANDIDATE), tmp_path)
     # under one fault per 64 pages; without fixed thresholds, the 6,144 pages of the
     # three blocks faulted in again every call (at least a quarter of them: a kernel may
     # map several pages a fault)
