@@ -193,7 +193,7 @@ static void run_job(const delta_args *a, ch_work *w, int64_t b, int64_t hv, int6
 {
     const int64_t K = a->K, V = a->V, T = a->T, h = hv / (a->HV / a->H);
     float *S = w->S;
-    const int64_t state = (delta_slot(a, b) * a->HV + hv) * K * V;
+    const int64_t state = delta_state(a, b, hv);
     for (int64_t d = 0; d < K; d++)
         for (int j = 0; j < vw; j++)
             S[d * w->ld + j] = a->h0 ? a->h0[state + d * V + v0 + j] : 0.0f;

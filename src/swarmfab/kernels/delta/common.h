@@ -38,6 +38,12 @@ static inline int64_t delta_slot(const delta_args *a, int64_t b)
     return a->slot ? a->slot[b] : b;
 }
 
+/* Where sequence b's state for value head hv starts in h0 and ht, in floats. */
+static inline int64_t delta_state(const delta_args *a, int64_t b, int64_t hv)
+{
+    return (delta_slot(a, b) * a->HV + hv) * a->K * a->V;
+}
+
 /* Token tok's gate for key channel d (a scalar gate is the same for every channel). */
 static inline float delta_gate(const delta_args *a, int64_t tok, int64_t d)
 {

@@ -584,7 +584,7 @@ static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
                     int64_t tile1, const float *next)
 {
     const int64_t K = a->K, V = a->V, T = a->T;
-    const float *h0 = a->h0 ? a->h0 + (delta_slot(a, b) * a->HV + hv) * K * V : NULL;
+    const float *h0 = a->h0 ? a->h0 + delta_state(a, b, hv) : NULL;
     for (int64_t d = 0; d < K; d++) w->L[d] = 0.0f;
     /* rows outermost: the initial and final states are read and written in address
      * order (decode moves little else) */
@@ -611,7 +611,7 @@ static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
     _mm_sfence();  /* streamed outputs are in memory before the job is reported done */
 #endif
     if (!a->ht) return;
-    float *ht = a->ht + (delta_slot(a, b) * a->HV + hv) * K * V;
+    float *ht = a->ht + delta_state(a, b, hv);
     for (int64_t d = 0; d < K; d++) w->L[d] = RC_DEFERRED ? delta_exp(w->L[d]) : 1.0f;  /* c */
     for (int64_t i = 0; i < K; i++) {
         if (RC_STATE_AHEAD && next) prefetch_lines(next + i * V, V);
@@ -717,7 +717,7 @@ static void decode_job(const delta_args *a, int64_t b, int64_t hv, float *restri
         qk += q[i] * k[i];
     }
     qk *= scale;
-    const int64_t state = (delta_slot(a, b) * a->HV + hv) * K * V;
+    const int64_t state = delta_state(a, b, hv);
     const float *in = a->h0 ? a->h0 + state : NULL;
     float *out = a->ht ? a->ht + state : NULL;
     const float *vt = a->v + tok * V, beta = a->beta[tok];
@@ -732,7 +732,7 @@ static void decode_job(const delta_args *a, int64_t b, int64_t hv, float *restri
 
 static int decode_run(const delta_args *a)
 {
-    const int64_t HV = a->HV, jobs = a->B * HV, K = a->K, V = a->V;
+    const int64_t HV = a->HV, jobs = a->B * HV, K = a->K;
     int failed = 0;
 #pragma omp parallel num_threads(RC_PARALLEL ? RC_THREADS : 1) reduction(| : failed)
     {
@@ -743,7 +743,7 @@ static int decode_run(const delta_args *a)
             if (!scratch) continue;
             const float *next = NULL;
             if (RC_STATE_AHEAD && a->h0 && job + 1 < jobs)
-                next = a->h0 + (delta_slot(a, (job + 1) / HV) * HV + (job + 1) % HV) * K * V;
+                next = a->h0 + delta_state(a, (job + 1) / HV, (job + 1) % HV);
             decode_job(a, job / HV, job % HV, scratch, next);
         }
         free(scratch);
@@ -774,7 +774,7 @@ static int delta_run(const delta_args *a)
             /* a job owning whole heads: the next one's state is the next head's */
             const float *next = NULL;
             if (RC_STATE_AHEAD && per_job == tiles && a->h0 && job + 1 < jobs)
-                next = a->h0 + (delta_slot(a, (head + 1) / HV) * HV + (head + 1) % HV) * K * V;
+                next = a->h0 + delta_state(a, (head + 1) / HV, (head + 1) % HV);
             run_job(a, &w, head / HV, head % HV, tile0, tile0 + per_job, next);
         }
         free(base);
