@@ -391,8 +391,7 @@ class Evaluator:
         for run in runs:
             if run.error:
                 raise MeasurementError(f"side-by-side benchmark failed on {run.shape}: {run.error}")
-            seconds = dict(run.seconds)
-            stream = seconds.pop(MEMORY_STREAM, None)
+            seconds, stream = _without_stream(run.seconds)
             tables.append(SideBySide(
                 shape=run.shape, reference=reference,
                 seconds={name: median_ci(s) for name, s in seconds.items()},
@@ -484,19 +483,19 @@ class Evaluator:
     def _timing(self, shape: AnyShape, run: ShapeRun, incumbent: str) -> ShapeTiming:
         """The candidate against the incumbent; any other implementation timed in the
         same rounds was timed beside them."""
-        mine, theirs = run.seconds["candidate"], run.seconds[incumbent]
+        seconds, stream = _without_stream(run.seconds)
+        mine, theirs = seconds["candidate"], seconds[incumbent]
         ratio = paired_ratio(mine, theirs)
         candidate_s = median_ci(mine)
-        bound = self._bound(shape, run.seconds.get(MEMORY_STREAM))
-        others = [name for name in run.seconds
-                  if name not in ("candidate", incumbent, MEMORY_STREAM)]
+        bound = self._bound(shape, stream)
+        others = [name for name in seconds if name not in ("candidate", incumbent)]
         return ShapeTiming(
             shape=shape.label, incumbent=incumbent, candidate_s=candidate_s,
             incumbent_s=median_ci(theirs), ratio=ratio,
             comparison=classify(ratio, REGRESSION_EPSILON), samples=len(mine),
             roofline_fraction=None if bound is None else bound / candidate_s.median,
-            beside_s={name: median_ci(run.seconds[name]) for name in others},
-            beside_ratio={name: paired_ratio(mine, run.seconds[name]) for name in others},
+            beside_s={name: median_ci(seconds[name]) for name in others},
+            beside_ratio={name: paired_ratio(mine, seconds[name]) for name in others},
         )
 
     def _bound(self, shape: AnyShape, stream: list[float] | None = None) -> float | None:
@@ -520,3 +519,10 @@ class Evaluator:
     def _target_shape(self, label: str) -> AnyShape:
         return next(case.shape for case in self.targets if case.shape.label == label)
 
+
+def _without_stream(seconds: dict[str, list[float]]
+                    ) -> tuple[dict[str, list[float]], list[float] | None]:
+    """A run's samples per implementation, less the memory stream's, and the stream's
+    (None where it was not timed): it is the bound's, never an implementation."""
+    rest = dict(seconds)
+    return rest, rest.pop(MEMORY_STREAM, None)

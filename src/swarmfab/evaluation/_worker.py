@@ -7,7 +7,6 @@ that tampers with its own process cannot change how it is judged.
 
 from __future__ import annotations
 
-import ctypes
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ import threadpoolctl
 import torch
 
 from swarmfab.backends import Artifact, get_backend
-from swarmfab.kernels._allocator import glibc_malloc
+from swarmfab.kernels._allocator import fix_malloc_thresholds
 from swarmfab.measure.timer import HostStopwatch, Stopwatch
 from swarmfab.records import Candidate
 from swarmfab.sandbox import Channel
@@ -205,7 +204,7 @@ def serve_implementation(
     implementation raised (the conductor reports that shape as failed).
     """
     _pin(threads)
-    _fixed_malloc_thresholds()
+    fix_malloc_thresholds()
     workload = get_workload(workload_name)
     stopwatch = _stopwatch(device)
     flushes: dict[int, HostStopwatch] = {}
@@ -309,29 +308,6 @@ class _Spy:
 
 def _bind(workload: Workload, forward: Forward, inputs: Inputs) -> Callable[[], object]:
     return lambda: workload.call(forward, inputs)
-
-
-# glibc's largest dynamic mmap threshold (64-bit) and the trim threshold that goes with
-# it, and mallopt's names for them
-_MMAP_THRESHOLD, _M_MMAP_THRESHOLD = 32 * 2**20, -3
-_TRIM_THRESHOLD, _M_TRIM_THRESHOLD = 2 * _MMAP_THRESHOLD, -1
-
-
-def _fixed_malloc_thresholds() -> None:
-    """glibc's malloc with its thresholds fixed where a long-running process's end up,
-    so a session's allocation history cannot decide what its calls pay in page faults.
-    As the system sets it, freeing a mapped block raises the mmap threshold to that
-    block's size (up to 32 MiB) and the heap's trim threshold to twice that: whether a
-    call's blocks come from pages already mapped, or from fresh ones (a 16 MiB output
-    faults 4,096 pages, a quarter of a KDA prefill call on a VM), followed what else the
-    process had freed before. Fixed at 32 MiB and 64 MiB, blocks under 32 MiB come from
-    the heap and stay mapped, larger ones are mapped afresh, in every session alike; an
-    implementation that sets malloc itself when it loads (the C space's ``allocator =
-    retain``) still has its way. Nothing changes where the C library is not glibc."""
-    if glibc_malloc():
-        libc = ctypes.CDLL(None)
-        libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
-        libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
 
 
 def _pin(threads: int) -> None:

@@ -7,7 +7,10 @@ on a 2-core AMD EPYC VM (torch 2.13, transparent huge pages on madvise only) a f
 MiB tensor took 15 ms to fill against 1.8 ms for the same fill into memory already
 touched, and eager LayerNorm on 16x512x1024 ran 18.0 ms, against 4.15 ms once malloc
 kept freed memory (no mmap, no trimming). So the module design space's ``allocator``
-knob is offered where the C library is glibc, and its default is measured here.
+knob is offered where the C library is glibc, and its default is measured here (the C
+kernels' knob of that name sets the same from their library). Every timing session
+fixes malloc's thresholds (:func:`fix_malloc_thresholds`), so what a call pays does not
+follow what its process freed before.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import time
 
 import torch
 
-__all__ = ["RETAIN_SOURCE", "faults_are_costly", "glibc_malloc"]
+__all__ = ["RETAIN_SOURCE", "faults_are_costly", "fix_malloc_thresholds", "glibc_malloc"]
 
 _PROBE_BYTES = 32 * 2**20
 # retaining is the default where touching fresh pages costs at least this many times
@@ -69,3 +72,26 @@ def faults_are_costly() -> bool:
         again.append(time.perf_counter() - start)
         del block
     return statistics.median(fresh) >= COSTLY * statistics.median(again)
+
+
+# glibc's largest dynamic mmap threshold (64-bit) and the trim threshold that goes with
+# it, and mallopt's names for them
+_MMAP_THRESHOLD, _M_MMAP_THRESHOLD = 32 * 2**20, -3
+_TRIM_THRESHOLD, _M_TRIM_THRESHOLD = 2 * _MMAP_THRESHOLD, -1
+
+
+def fix_malloc_thresholds() -> None:
+    """glibc's malloc with its thresholds fixed where a long-running process's end up,
+    so a session's allocation history cannot decide what its calls pay in page faults.
+    As the system sets it, freeing a mapped block raises the mmap threshold to that
+    block's size (up to 32 MiB) and the heap's trim threshold to twice that: whether a
+    call's blocks come from pages already mapped, or from fresh ones (a 16 MiB output
+    faults 4,096 pages, a quarter of a KDA prefill call on a VM), followed what else the
+    process had freed before. Fixed at 32 MiB and 64 MiB, blocks under 32 MiB come from
+    the heap and stay mapped, larger ones are mapped afresh, in every session alike; an
+    implementation that sets malloc itself when it loads (the C space's ``allocator =
+    retain``) still has its way. Nothing changes where the C library is not glibc."""
+    if glibc_malloc():  # every timing session calls it first
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+        libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
