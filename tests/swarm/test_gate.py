@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-import pytest
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from pathlib import Path
 
-from swarmfab.records import Estimate, ShapeTiming, Status, Verdict
-from swarmfab.swarm import judge
+import pytest
+import torch
+
+from swarmfab.agents.base import Agent, Context, fresh_candidates
+from swarmfab.evaluation import Evaluator, Implementation
+from swarmfab.goal import Goal
+from swarmfab.kernels import KnobValue
+from swarmfab.knowledge import Store
+from swarmfab.records import Candidate, Estimate, ShapeTiming, Status, Verdict
+from swarmfab.sandbox import Limits
+from swarmfab.swarm import Run, judge
+from swarmfab.swarm.executors import Beside, Evaluation, LocalExecutor
+from swarmfab.workloads import Case, design_space, get_workload
 
 RATIOS = {
     "faster": Estimate(0.6, 0.55, 0.65),
@@ -77,3 +91,60 @@ def test_a_shape_where_the_move_runs_the_same_code_is_not_judged() -> None:
     alone = judge(_verdict("faster", "faster"), same_code={"shape0", "shape1"})
     assert not alone.promote and "changes no code" in alone.reason
     assert judge(_verdict("faster", "slower")).promote is False  # as before without it
+
+
+# -- a move that runs the champion's code everywhere is not evaluated -----------------------
+class _Proposes(Agent):
+    """Proposes the given settings, in order, each once."""
+
+    def __init__(self, *settings: dict[str, KnobValue]):
+        super().__init__("scripted", "algorithm")
+        self.settings = list(settings)
+
+    def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
+        while self.settings:
+            found = fresh_candidates(context, [(self.settings.pop(0), "scripted")],
+                                     agent=self.id)
+            if found:
+                return found
+        return []
+
+
+class _Holds(LocalExecutor):
+    """Takes submissions and never runs them."""
+
+    def __init__(self, evaluator: Evaluator, workers: int | None = 2):
+        super().__init__(evaluator, workers)
+        self.submitted: list[Candidate] = []
+
+    def submit(self, candidate: Candidate, incumbents: dict[str, Implementation],
+               extra_cases: Sequence[Case], beside: Beside | None = None
+               ) -> Future[Evaluation]:
+        self.submitted.append(candidate)
+        return Future()
+
+
+@pytest.mark.parametrize(("T", "skipped"), [(1, True), (16, False)])
+def test_a_move_running_the_champions_code_on_every_target_is_never_evaluated(
+        tmp_path: Path, T: int, skipped: bool) -> None:
+    goal = Goal.model_validate({"workload": "kda", "budget": "300s", "threads": 1,
+                                "shapes": [{"B": 2, "T": T, "H": 2, "K": 16, "V": 16}]})
+    space = design_space("kda")
+    champion = {**space.default(), "algorithm": "recurrent", "decode": "direct"}
+    tile_move = {**champion, "token_group": 8 if champion["token_group"] != 8 else 4}
+    real_move = {**champion, "decode": "tiles"}
+    evaluator = Evaluator(get_workload("kda"), goal.target_shapes(), tmp_path / "cache",
+                          threads=1, tolerances=get_workload("kda").tolerances(torch.float32),
+                          limits=Limits(wall_s=60))
+    lines: list[str] = []
+    run = Run(goal, Store(tmp_path / "x.db"), evaluator, space,
+              [_Proposes(tile_move, real_move)], tmp_path, log=lines.append)
+    run.champion = space.instantiate(champion, threads=1)
+    executor = _Holds(evaluator)
+    run._fill(executor, {}, deadline=time.monotonic() + 60)
+    tile = space.instantiate(tile_move, threads=1)
+    assert [c.knobs for c in executor.submitted] == ([real_move] if skipped
+                                                     else [tile_move, real_move])
+    assert (tile.id in run.blackboard.judged()) is skipped
+    assert any("runs the champion's code on every target shape" in line
+               for line in lines) is skipped

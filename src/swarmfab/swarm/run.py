@@ -298,6 +298,8 @@ class Run:
             if proposal is None:
                 return True
             agent, candidate = proposal
+            if self._champions_code_everywhere(candidate):
+                continue
             if not self.blackboard.claim(candidate.id, agent.id):
                 self._intervene(self.supervisor.refused(agent.id, candidate.id))
                 continue  # judged or in flight already
@@ -433,6 +435,20 @@ class Run:
             line += f"  (not judged on {', '.join(same)}: the champion's code there)"
         self.log(line + f"  ({candidate.rationale})")
         return decision.promote
+
+    def _champions_code_everywhere(self, candidate: Candidate) -> bool:
+        """Whether ``candidate`` runs the champion's code on every target shape (a tile
+        move on a decode-only goal): the gate could never crown it, so it is not evaluated,
+        and it counts as judged for the rest of the run so no agent proposes it again."""
+        same = self._same_code(candidate)
+        if not same or len(same) < len(self.evaluator.targets):
+            return False
+        self.blackboard.mark_judged({candidate.id})
+        self.blackboard.publish("skipped", f"{candidate.id}: runs the champion's code on "
+                                           "every target shape")
+        self.log(f"skipped: {candidate.agent} {candidate.id[:10]} runs the champion's code "
+                 f"on every target shape ({candidate.rationale})")
+        return True
 
     def _same_code(self, candidate: Candidate) -> list[str]:
         """Target shapes on which ``candidate`` runs the champion's code (its knobs differ
