@@ -88,7 +88,8 @@ def test_parse_duration_rejects_bad_strings(text: str | int) -> None:
         (_with_shapes("{B=1, T=8, H=1, K=8, V=8, W=3}"), ["shapes.0.W"]),
         (_with_shapes("{B=1, T=8, H=1, K=8, V=8}", 'budget = "soon"'), ["budget", "soon"]),
         (_with_shapes("{B=1, T=8, H=1, K=8, V=8}", "threads = 0"), ["threads"]),
-        (_with_shapes("{B=1, T=8, H=1, K=8, V=8}", 'dtype = "bfloat16"'), ["dtype", "float32"]),
+        (_with_shapes("{B=1, T=8, H=1, K=8, V=8}", 'dtype = "float16"'),
+         ["dtype", "float32", "bfloat16"]),
         (_with_shapes("{B=1, T=8, H=1, K=8, V=8}", "[tolerance]\nrms_ratio = 2.0"),
          ["tolerance.rms_ratio"]),
         ('workload = "kda"\nshapes = []\n', ["shapes"]),
@@ -191,3 +192,13 @@ def test_a_misspelt_key_lists_the_allowed_keys(
         load_goal(_goal_file(tmp_path, text))
     for fragment in must_mention:
         assert fragment in str(info.value), str(info.value)
+
+
+def test_bfloat16_is_a_dtype_of_the_delta_rule_and_not_of_a_problem_file(tmp_path: Path) -> None:
+    goal = load_goal(_goal_file(tmp_path, _with_shapes("{B=1, T=8, H=1, K=8, V=8}",
+                                                       'dtype = "bfloat16"')))
+    assert goal.dtype == "bfloat16"
+    problem = Path(__file__).parents[1] / "examples" / "problems" / "08_rmsnorm.py"
+    text = f'workload = "{problem}"\ndtype = "bfloat16"\n'
+    with pytest.raises(GoalError, match="takes its inputs in float32"):
+        load_goal(_goal_file(tmp_path, text))

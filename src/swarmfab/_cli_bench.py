@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 
 __all__ = ["bench", "bench_policy", "verify"]
 
+DtypeOption = Annotated[str, typer.Option(
+    help="float32, or bfloat16: q, k, v and beta given in bfloat16 as fla's users pass "
+         "them (the state stays float32; the bfloat16 tolerances apply).")]
+
 
 @friendly
 def verify(
@@ -43,6 +47,7 @@ def verify(
     backend: Annotated[str | None, typer.Option(
         help="c, python, numba, torch-compile, cuda or triton (default: from the suffix).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the fuzzing draws.")] = 0,
+    dtype: DtypeOption = "float32",
     db: DbOption = DEFAULT_DB,
     workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
 ) -> None:
@@ -64,7 +69,7 @@ def verify(
     # GPU candidates run on the device where there is one (elsewhere they still build,
     # so compile errors are reported, and loading says why it cannot run)
     on_gpu = candidate.backend in ("cuda", "triton") and cuda_device_available()
-    goal = default_goal(workload).with_overrides(threads=threads,
+    goal = default_goal(workload).with_overrides(threads=threads, dtype=dtype,
                                                  device="cuda" if on_gpu else None)
     store = Store(db)
     evaluator = evaluator_for(goal, workdir, store)
@@ -129,6 +134,7 @@ def bench(
     device: Annotated[str, typer.Option(
         help="cpu, or cuda: time on the CUDA device (CUDA events, L2 flushed; the "
              "default baselines are then fla's kernels where fla is installed).")] = "cpu",
+    dtype: DtypeOption = "float32",
     workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
     against_itself: Annotated[bool, typer.Option(
         "--against-itself",
@@ -146,7 +152,7 @@ def bench(
     from swarmfab.swarm.hosts import host_peaks
     from swarmfab.workloads import get_workload
 
-    goal = default_goal(workload).with_overrides(threads=threads, device=device)
+    goal = default_goal(workload).with_overrides(threads=threads, device=device, dtype=dtype)
     require_device(goal.device)
     shapes = [parse_shape(s) for s in shape] if shape else None
     spec = get_workload(goal.workload)

@@ -112,18 +112,16 @@ def require_device(device: str) -> None:
 
 def evaluator_for(goal: Any, workdir: Path, store: Store, shapes: list[Any] | None = None) -> Any:
     """An evaluator for ``goal`` whose corpus is the built-in cases plus the stored ones."""
-    import torch
-
     from swarmfab.evaluation import Evaluator
     from swarmfab.sandbox import Limits
-    from swarmfab.workloads import Tolerances, get_workload
+    from swarmfab.workloads import DTYPES, Tolerances, get_workload
 
     workload = get_workload(goal.workload)
     corpus = [*workload.validation_cases(), *store.cases(goal.workload)]
-    defaults = workload.tolerances(torch.float32)
+    defaults = workload.tolerances(DTYPES[goal.dtype])
     tolerances = Tolerances(goal.tolerance.rms_ratio or defaults.rms_ratio,
                             goal.tolerance.max_abs or defaults.max_abs_ratio)
     return Evaluator(workload, shapes or goal.target_shapes(), workdir / "cache",
                      threads=goal.threads, tolerances=tolerances,
                      limits=Limits(wall_s=goal.eval_timeout_s), seed=goal.seed, cases=corpus,
-                     device=goal.device)
+                     device=goal.device, dtype=goal.dtype)

@@ -153,7 +153,9 @@ class Goal(_Strict):
     sizes: Annotated[list[dict[str, Annotated[int, Field(ge=1)]]] | None,
                      Field(min_length=1, max_length=32)] = None
     device: Literal["cpu", "cuda"] = "cpu"  # cuda: the GPU design space and baselines
-    dtype: Literal["float32"] = "float32"
+    # what q, k, v and beta are given in (the state stays float32); the verifier's
+    # default tolerances follow it (docs/verification.md)
+    dtype: Literal["float32", "bfloat16"] = "float32"
     metric: Literal["latency"] = "latency"
     agents: Annotated[list[Literal["builtin", "llm"]], Field(min_length=1)] = ["builtin"]
     llm: LLMSettings = LLMSettings()
@@ -188,6 +190,14 @@ class Goal(_Strict):
         if unknown:
             raise ValueError(f"unknown baseline(s) {', '.join(unknown)}; "
                              f"{self.workload} has {', '.join(known)}")
+        return self
+
+    @model_validator(mode="after")
+    def _dtype_is_the_workloads(self) -> Goal:
+        dtypes = get_workload(self.workload).dtypes
+        if self.dtype not in dtypes:
+            raise ValueError(f"dtype {self.dtype!r}: {self.workload} takes its inputs in "
+                             f"{' or '.join(dtypes)}")
         return self
 
     @model_validator(mode="after")

@@ -69,6 +69,30 @@ def test_the_triton_recurrent_kernel_matches_the_float64_reference_in_the_interp
     assert failed_checks(render_triton(setting), [decode, GVA], tmp_path) == []
 
 
+BF16 = [case.in_dtype("bfloat16") for case in (TAIL, GVA, STRONG_DECAY)]
+
+
+@pytest.mark.parametrize(("kernel", "precision"), [("triton-chunked", "ieee"),
+                                                   ("triton-chunked", "bf16"),
+                                                   ("triton-recurrent", "ieee")])
+def test_with_bfloat16_inputs_each_kernel_meets_the_bfloat16_tolerance(
+    tmp_path: Path, kernel: str, precision: str
+) -> None:
+    """fla's users' precision: q, k, v, beta in bfloat16, o back in bfloat16 and the
+    state in float32 (the check fails an output in another dtype), against the float64
+    reference of the very bfloat16 inputs; bfloat16 products too."""
+    setting = {**gpu_space().default(), "kernel": kernel, "dot_precision": precision}
+    assert failed_checks(render_triton(setting), BF16, tmp_path) == []
+
+
+def test_bfloat16_products_fail_a_float32_goal(tmp_path: Path) -> None:
+    """The precision knob is judged by the verifier: bfloat16 products do not reach the
+    float32 tolerance, so a float32 goal never crowns them."""
+    setting = {**gpu_space().default(), "dot_precision": "bf16"}
+    failed = failed_checks(render_triton(setting), [GVA], tmp_path)
+    assert failed and any("rms ratio" in check for check in failed)
+
+
 def test_a_wrong_chunked_kernel_fails_the_interpreter_check(tmp_path: Path) -> None:
     """The check can fail: the decay to the chunk's end taken from its start is wrong."""
     source = render_triton(gpu_space().default()).replace(

@@ -52,6 +52,32 @@ def _index_any_scalar() -> None:
     interpreter._patch_lang_tensor = patched
 
 
+def _bfloat16_dot() -> None:
+    """Triton 3.9's interpreter multiplies bfloat16 operands of ``tl.dot`` as the raw
+    16-bit integers it stores them in; widen them to float32 first, as tensor cores do
+    (exact products, float32 accumulation: the interpreter only, not the compiler)."""
+    import numpy as np
+    import triton.language as tl
+    import triton.runtime.interpreter as interpreter
+
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    convert = getattr(interpreter, "_convert_float", None)
+    if builder is None or convert is None:  # another Triton: nothing to adapt
+        return
+    original = builder.create_dot
+
+    def widened(handle: object) -> object:
+        if getattr(handle, "dtype", None) != tl.bfloat16:
+            return handle
+        data = convert(handle.data, tl.bfloat16, tl.float32, None).view(np.float32)  # type: ignore[attr-defined]
+        return interpreter.TensorHandle(data, tl.float32)
+
+    def create_dot(self: object, a: object, b: object, *rest: object) -> object:
+        return original(self, widened(a), widened(b), *rest)
+
+    builder.create_dot = create_dot
+
+
 def _check(candidate: Path, cases: list[Case]) -> list[str]:
     import importlib.util
 
@@ -62,16 +88,20 @@ def _check(candidate: Path, cases: list[Case]) -> list[str]:
 
     torch.set_num_threads(1)
     _index_any_scalar()
+    _bfloat16_dot()
     spec = importlib.util.spec_from_file_location("candidate_interpreted", candidate)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     kda, failed = KDA(), []
-    for case in cases:
+    for case in cases:  # in the case's dtype, with its tolerances, as the verifier does
         inputs = kda.make_inputs(case)
+        reference = kda.reference(inputs)  # first: a pooled call updates its inputs
         outputs = kda.call(module.forward, inputs)
-        checks = compare_outputs(case.name, outputs, kda.reference(inputs),
-                                 kda.tolerances(torch.float32))
+        named = kda.output_dtypes(case)
+        dtypes = {name: named.get(name, case.torch_dtype) for name in reference}
+        checks = compare_outputs(case.name, outputs, reference,
+                                 kda.tolerances(case.torch_dtype), dtypes)
         failed += [str(check) for check in checks if not check.passed]
     return failed
 

@@ -3,7 +3,8 @@
 CUDA: each knob value of the CUDA template at least once (the default setting, then one
 knob changed at a time), built by the real :class:`CudaBackend` (nvcc, sm_90a).
 Triton: each kernel of the Triton template, every chunk size and tensor-core precision,
-compiled by ``triton.compile`` for ``GPUTarget("cuda", 90, 32)`` down to a cubin.
+with float32 inputs and with fla's bfloat16 ones, compiled by ``triton.compile`` for
+``GPUTarget("cuda", 90, 32)`` down to a cubin.
 ptxas's report (registers, spills, shared memory) is printed for each: spills are the
 cheapest signal of a bad tile before any device time.
 
@@ -38,6 +39,7 @@ TRITON_TARGET = ("cuda", 90, 32)
 PTXAS_ARCH = "sm_90a"
 _SHAPE = {"H": 16, "HV": 16, "K": 128, "V": 128}  # fla's head size
 _POINTERS = ("q", "k", "v", "g", "beta", "h0", "o", "ht")
+_GIVEN = ("q", "k", "v", "beta", "o")  # in the goal's dtype; g and the states float32
 _USAGE = re.compile(r"Used (\d+) registers.*?(?:(\d+) bytes smem)?$", re.MULTILINE)
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 
@@ -75,24 +77,30 @@ def cuda_settings(quick: bool = False) -> Iterator[Setting]:
                 yield {**base, name: value}
 
 
-def triton_settings(quick: bool = False) -> Iterator[Setting]:
-    """Both Triton kernels; the chunked one at every chunk size and precision."""
+def triton_settings(quick: bool = False) -> Iterator[tuple[Setting, str]]:
+    """(setting, the dtype q, k, v, beta and o come in): both Triton kernels; the chunked
+    one at every chunk size and precision; both again with bfloat16 inputs, the chunked
+    one with bfloat16 products at chunks 16 and 64."""
     space = gpu_space()
     base = space.default()
-    yield {**base, "kernel": "triton-recurrent"}
-    yield base
+    yield {**base, "kernel": "triton-recurrent"}, "float32"
+    yield base, "float32"
     if quick:
         return
     for chunk in (32, 64):
-        yield {**base, "chunk": chunk}
+        yield {**base, "chunk": chunk}, "float32"
     for precision in ("tf32x3", "tf32"):
-        yield {**base, "chunk": 16, "dot_precision": precision}
+        yield {**base, "chunk": 16, "dot_precision": precision}, "float32"
+    yield {**base, "kernel": "triton-recurrent"}, "bfloat16"
+    for chunk in (16, 64):
+        yield {**base, "chunk": chunk, "dot_precision": "bf16"}, "bfloat16"
 
 
-def _label(setting: Setting) -> str:
+def _label(setting: Setting, inputs: str = "") -> str:
     keys = ("kernel", "chunk", "block_v", "dot_precision", "warps") if str(
         setting["kernel"]).startswith("triton") else ("kernel", "block_v", "k_split", "state")
-    return " ".join(f"{key}={setting[key]}" for key in keys)
+    label = " ".join(f"{key}={setting[key]}" for key in keys)
+    return f"{label} inputs={inputs}" if inputs else label
 
 
 def _ptxas_report(text: str) -> tuple[int | None, int | None, int | None]:
@@ -116,15 +124,17 @@ def compile_cuda(setting: Setting, cache: Path) -> Compiled:
     return Compiled(_label(setting), time.monotonic() - started, *_ptxas_report(report))
 
 
-def compile_triton(setting: Setting, workdir: Path) -> Compiled:
-    """Render, import and compile the setting's kernel for sm_90 (no device needed)."""
+def compile_triton(setting: Setting, inputs: str, workdir: Path) -> Compiled:
+    """Render, import and compile the setting's kernel for sm_90 (no device needed),
+    q, k, v, beta and o in ``inputs`` (float32 or bfloat16), g and the states float32."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     started = time.monotonic()
     chunked = setting["kernel"] == "triton-chunked"
-    path = workdir / f"kda_triton_{abs(hash(_label(setting)))}.py"
+    label = _label(setting, inputs)
+    path = workdir / f"kda_triton_{abs(hash(label))}.py"
     path.write_text(render_triton(setting))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
@@ -136,24 +146,25 @@ def compile_triton(setting: Setting, workdir: Path) -> Compiled:
     }
     if chunked:
         constants.update(C=int(setting["chunk"]), PRECISION=str(setting["dot_precision"]))
-    signature = {name: "*fp32" for name in _POINTERS}
+    given = "*bf16" if inputs == "bfloat16" else "*fp32"
+    signature = {name: given if name in _GIVEN else "*fp32" for name in _POINTERS}
     signature |= {"scale": "fp32", "T": "i32"} | dict.fromkeys(constants, "constexpr")
     try:
         compiled = triton.compile(ASTSource(kernel, signature, constants),
                                   target=GPUTarget(*TRITON_TARGET),
                                   options={"num_warps": int(setting["warps"])})
     except Exception as exc:  # Triton raises many kinds; all mean "does not compile"
-        return Compiled(_label(setting), time.monotonic() - started,
+        return Compiled(label, time.monotonic() - started,
                         error=f"{type(exc).__name__}: {exc}")
     ptx = workdir / f"{path.stem}.ptx"
     ptx.write_text(compiled.asm["ptx"])
     report = subprocess.run([_triton_ptxas(), f"-arch={PTXAS_ARCH}", "-v", str(ptx), "-o",
                              "/dev/null"], capture_output=True, text=True, timeout=300)
     if report.returncode != 0:
-        return Compiled(_label(setting), time.monotonic() - started,
+        return Compiled(label, time.monotonic() - started,
                         error=f"ptxas: {report.stderr.strip()[:300]}")
     registers, spills, _ = _ptxas_report(report.stderr)
-    return Compiled(_label(setting), time.monotonic() - started, registers, spills,
+    return Compiled(label, time.monotonic() - started, registers, spills,
                     int(compiled.metadata.shared))
 
 
@@ -174,7 +185,8 @@ def run_checks(quick: bool, jobs: int) -> list[Compiled]:
         os.environ["TRITON_CACHE_DIR"] = str(work / "triton")  # compile, never reuse
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = [pool.submit(compile_cuda, s, work / "cache") for s in cuda_settings(quick)]
-            futures += [pool.submit(compile_triton, s, work) for s in triton_settings(quick)]
+            futures += [pool.submit(compile_triton, s, inputs, work)
+                        for s, inputs in triton_settings(quick)]
             return [future.result() for future in futures]
 
 

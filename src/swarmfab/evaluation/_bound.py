@@ -19,27 +19,38 @@ from collections.abc import Sequence
 from swarmfab.measure.roofline import HostPeaks
 from swarmfab.workloads import AnyShape, Workload
 
-__all__ = ["MEMORY_STREAM", "bound_seconds", "memory_bound"]
+__all__ = ["MEMORY_STREAM", "bound_seconds", "compulsory_bytes", "memory_bound"]
 
 MEMORY_STREAM = "memory-stream"  # the session's name (a reserved implementation name)
 
 
-def memory_bound(workload: Workload, shape: AnyShape, peaks: HostPeaks | None) -> bool:
+def compulsory_bytes(workload: Workload, shape: AnyShape, dtype: str = "float32"
+                     ) -> float | None:
+    """What a call of ``shape`` must move with inputs in ``dtype`` (a workload's
+    ``min_bytes`` takes ``dtype=`` only where it lists other dtypes)."""
+    if dtype == "float32":
+        return workload.min_bytes(shape)
+    return workload.min_bytes(shape, dtype=dtype)  # type: ignore[call-arg]
+
+
+def memory_bound(workload: Workload, shape: AnyShape, peaks: HostPeaks | None,
+                 dtype: str = "float32") -> bool:
     """Whether ``shape``'s bound is its bytes by the stored peaks (then its memory term
     is timed beside the implementations)."""
-    flops, nbytes = workload.flops(shape), workload.min_bytes(shape)
+    flops, nbytes = workload.flops(shape), compulsory_bytes(workload, shape, dtype)
     if peaks is None or flops is None or not nbytes:
         return False
     return nbytes / peaks.bytes_per_s > peaks.compute_bound_seconds(flops)
 
 
 def bound_seconds(workload: Workload, shape: AnyShape, peaks: HostPeaks | None,
-                  stream: Sequence[float] | None = None) -> float | None:
+                  stream: Sequence[float] | None = None, dtype: str = "float32"
+                  ) -> float | None:
     """The roofline bound of ``shape``: FLOPs at the peak rate or bytes at the memory's
     rate, whichever is longer, the latter the median of ``stream``'s samples where the
     stream was timed beside (else the stored bandwidth); None without the peaks or the
     workload's cost model."""
-    flops, nbytes = workload.flops(shape), workload.min_bytes(shape)
+    flops, nbytes = workload.flops(shape), compulsory_bytes(workload, shape, dtype)
     if peaks is None or flops is None or nbytes is None:
         return None
     if not stream:

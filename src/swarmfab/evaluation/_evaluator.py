@@ -112,6 +112,7 @@ class EvaluatorRecipe:
     seed: int
     peaks: HostPeaks | None
     device: str = "cpu"
+    dtype: str = "float32"
 
     def build(self, cache_dir: Path, cases: list[Case]) -> Evaluator:
         from swarmfab.workloads import get_workload
@@ -119,7 +120,7 @@ class EvaluatorRecipe:
         return Evaluator(get_workload(self.workload), self.target_shapes, cache_dir,
                          threads=self.threads, tolerances=self.tolerances, limits=self.limits,
                          policy=self.policy, seed=self.seed, cases=cases, peaks=self.peaks,
-                         device=self.device)
+                         device=self.device, dtype=self.dtype)
 
 
 class Evaluator:
@@ -145,9 +146,14 @@ class Evaluator:
         peaks: HostPeaks | None = None,
         cores: CoreBroker | None = None,
         device: str = "cpu",
+        dtype: str = "float32",
     ):
+        if dtype not in workload.dtypes:
+            raise ValueError(f"workload {workload.name} takes its inputs in "
+                             f"{' or '.join(workload.dtypes)}, not {dtype}")
         self.workload = workload
         self.device = device  # where candidates and baselines run: "cpu" or "cuda"
+        self.dtype = dtype  # every case it runs gives its inputs in this dtype
         self.target_shapes = list(target_shapes)
         self.seed = seed
         self.cache_dir = cache_dir
@@ -160,7 +166,8 @@ class Evaluator:
         # recognise the verification inputs and be honest on those alone
         salt = secrets.randbelow(2**31)
         self.targets = [
-            Case(f"target {shape.label}", shape, seed=salted_seed(seed + 1000 + i, salt))
+            Case(f"target {shape.label}", shape, seed=salted_seed(seed + 1000 + i, salt),
+                 dtype=dtype)
             for i, shape in enumerate(target_shapes)
         ]
         self.references = References(workload, tolerances, self.targets)
@@ -179,7 +186,7 @@ class Evaluator:
         workload = self.workload.source_file or self.workload.name
         return EvaluatorRecipe(str(workload), tuple(self.target_shapes), self.threads,
                                self.tolerances, self.limits, self.policy, self.seed, self.peaks,
-                               self.device)
+                               self.device, self.dtype)
 
     def cancel(self) -> None:
         """Stop every evaluation in progress (their jobs are killed; they raise
@@ -441,7 +448,7 @@ class Evaluator:
         self, candidate: Candidate, artifact: Artifact, started: float, cases: list[Case]
     ) -> Verdict:
         salt = secrets.randbelow(2**31)
-        cases = [with_salt(case, salt) for case in cases]
+        cases = [with_salt(case, salt).in_dtype(self.dtype) for case in cases]
         self._local.cases = cases
         staged = Artifact(artifact.backend, Path("artifacts/candidate") / artifact.path.name)
         # the references are computed while the worker runs the candidate (the parent
@@ -499,13 +506,13 @@ class Evaluator:
         )
 
     def _bound(self, shape: AnyShape, stream: list[float] | None = None) -> float | None:
-        return bound_seconds(self.workload, shape, self.peaks, stream)
+        return bound_seconds(self.workload, shape, self.peaks, stream, self.dtype)
 
     def _with_stream(self, case: Case, implementations: list[Implementation]
                      ) -> list[Implementation]:
         """``implementations``, and where the shape is memory-bound the memory stream
         that times its bound's memory term in the same rounds (:mod:`._bound`)."""
-        if not memory_bound(self.workload, case.shape, self.peaks):
+        if not memory_bound(self.workload, case.shape, self.peaks, self.dtype):
             return implementations
         return [*implementations, Implementation(MEMORY_STREAM, memory_stream=True)]
 

@@ -22,11 +22,13 @@ from swarmfab.workloads import Case, Inputs, Outputs, Tolerances, Workload
 __all__ = ["References", "salted_seed", "with_salt"]
 
 
-def _keys(cases: Sequence[Case]) -> set[tuple[str, int]]:
+def _key(case: Case) -> tuple[str, int, str]:
+    return case.name, case.seed, case.dtype
+
+
+def _keys(cases: Sequence[Case]) -> set[tuple[str, int, str]]:
     """The cases and their twins, as references are keyed."""
-    return {key for case in cases
-            for key in ((case.name, case.seed),
-                        (probes.twin_case(case).name, probes.twin_case(case).seed))}
+    return {key for case in cases for key in (_key(case), _key(probes.twin_case(case)))}
 
 
 class References:
@@ -37,12 +39,12 @@ class References:
         self.workload = workload
         self.tolerances = tolerances
         self._kept = _keys(targets)
-        self._computed: dict[tuple[str, int, bool], Outputs] = {}
+        self._computed: dict[tuple[str, int, str, bool], Outputs] = {}
         self._lock = threading.Lock()
 
     def of(self, case: Case, nudged: bool = False) -> Outputs:
         """The float64 reference of ``case`` (or of its nudged twin)."""
-        key = (case.name, case.seed, nudged)
+        key = (*_key(case), nudged)
         with self._lock:
             known = self._computed.get(key)
         if known is not None:
@@ -69,7 +71,7 @@ class References:
         """Drop the references of ``cases`` (not of a target shape)."""
         dropped = _keys(cases) - self._kept
         with self._lock:
-            for key in [k for k in self._computed if k[:2] in dropped]:
+            for key in [k for k in self._computed if k[:3] in dropped]:
                 del self._computed[key]
 
     def case_checks(self, case: Case, run: CaseRun) -> list[CheckResult]:
@@ -79,33 +81,39 @@ class References:
         if run.error is not None or run.outputs is None or run.twin_outputs is None:
             return [CheckResult(case.name, "runs without error", False, run.error or "no output")]
         reference = self.of(case)
-        checks = compare_outputs(case.name, run.outputs, reference, self.tolerances)
+        checks = self._compare(case, case.name, run.outputs, reference)
         checks += [CheckResult(case.name, check, not found, found)
                    for check, found in run.findings.items()]
         if run.lean_outputs is not None:
-            checks += compare_outputs(f"{case.name} (optional outputs not requested)",
-                                      run.lean_outputs,
-                                      {name: reference[name] for name in run.lean_outputs},
-                                      self.tolerances)
+            checks += self._compare(case, f"{case.name} (optional outputs not requested)",
+                                    run.lean_outputs,
+                                    {name: reference[name] for name in run.lean_outputs})
         twin = probes.twin_case(case)
-        checks += compare_outputs(twin.name, run.twin_outputs, self.of(twin), self.tolerances)
+        checks += self._compare(case, twin.name, run.twin_outputs, self.of(twin))
         if run.nudged_outputs is not None:
-            checks += compare_outputs(f"{case.name} (one element of each input nudged)",
-                                      run.nudged_outputs, self.of(case, nudged=True),
-                                      self.tolerances)
+            checks += self._compare(case, f"{case.name} (one element of each input nudged)",
+                                    run.nudged_outputs, self.of(case, nudged=True))
         return checks
 
     def target_checks(self, case: Case, run: ShapeRun) -> list[CheckResult]:
         """A timed shape's outputs: its first call's, and a timed call's on fresh inputs."""
         if run.error is not None or run.outputs is None:
             return [CheckResult(case.name, "runs without error", False, run.error or "no output")]
-        checks = compare_outputs(case.name, run.outputs, self.of(case), self.tolerances)
+        checks = self._compare(case, case.name, run.outputs, self.of(case))
         timed_case = f"{case.name} (a timed call, fresh inputs)"
         if run.timed_outputs is None:
             return [*checks, CheckResult(timed_case, "timed call kept", False,
                                          "no outputs from the timed calls")]
-        return checks + compare_outputs(timed_case, run.timed_outputs,
-                                        self.of(probes.twin_case(case)), self.tolerances)
+        return checks + self._compare(case, timed_case, run.timed_outputs,
+                                      self.of(probes.twin_case(case)))
+
+    def _compare(self, case: Case, label: str, outputs: Outputs,
+                 reference: Outputs) -> list[CheckResult]:
+        """Each output against its reference, in the dtype the workload says it comes
+        back in for ``case`` (the case's own where it names none)."""
+        named = self.workload.output_dtypes(case)
+        dtypes = {name: named.get(name, case.torch_dtype) for name in reference}
+        return compare_outputs(label, outputs, reference, self.tolerances, dtypes)
 
 
 def salted_seed(seed: int, salt: int) -> int:

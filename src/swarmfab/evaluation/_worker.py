@@ -15,6 +15,7 @@ import threadpoolctl
 import torch
 
 from swarmfab.backends import Artifact, get_backend
+from swarmfab.evaluation._bound import compulsory_bytes
 from swarmfab.kernels._allocator import fix_malloc_thresholds
 from swarmfab.measure.timer import HostStopwatch, Stopwatch
 from swarmfab.records import Candidate
@@ -267,7 +268,7 @@ def _take_case(
 def _memory_stream(workload: Workload, case: Case, device: str) -> Callable[[], object]:
     """An in-place update of half the case's compulsory bytes: each call reads and
     writes them all (torch's own threads, as many as the implementations have)."""
-    nbytes = workload.min_bytes(case.shape) or 0.0
+    nbytes = compulsory_bytes(workload, case.shape, case.dtype) or 0.0
     buffer = torch.ones(max(1, int(nbytes) // 8), device=device)
     return lambda: buffer.mul_(1.0)
 

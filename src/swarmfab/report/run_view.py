@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from swarmfab.errors import SwarmfabError
+from swarmfab.evaluation._bound import compulsory_bytes
 from swarmfab.knowledge import Store
 from swarmfab.knowledge.generations import Generation, Generations
 from swarmfab.measure.roofline import HostPeaks
@@ -246,7 +247,7 @@ def _shape_costs(goal: dict[str, Any]) -> dict[str, ShapeCost]:
         return {}
     costs = {}
     for shape in shapes:
-        flops, nbytes = workload.flops(shape), workload.min_bytes(shape)
+        flops, nbytes = workload.flops(shape), compulsory_bytes(workload, shape, parsed.dtype)
         if flops and nbytes:
             costs[shape.label] = ShapeCost(shape.label, flops, nbytes)
     return costs

@@ -156,9 +156,9 @@ class Setup:
                     return None
                 shape, factor = probe
                 label = case.shape.label
-                inputs = workload.make_inputs(Case("setup probe", shape, seed=case.seed))
-                inputs_s = drawing[label] = factor * _fastest(
-                    workload.make_inputs, Case("setup probe", shape, seed=case.seed))
+                probe_case = Case("setup probe", shape, seed=case.seed, dtype=case.dtype)
+                inputs = workload.make_inputs(probe_case)
+                inputs_s = drawing[label] = factor * _fastest(workload.make_inputs, probe_case)
                 with torch.no_grad():
                     references[label] = 2 * (inputs_s + factor * _fastest(
                         workload.reference, inputs))  # the target and its twin

@@ -8,6 +8,8 @@ wrong shape or dtype.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from swarmfab.records import CheckResult
@@ -17,17 +19,22 @@ __all__ = ["compare_outputs"]
 
 
 def compare_outputs(
-    case: str, outputs: Outputs, reference: Outputs, tolerances: Tolerances
+    case: str, outputs: Outputs, reference: Outputs, tolerances: Tolerances,
+    dtypes: Mapping[str, torch.dtype] | None = None,
 ) -> list[CheckResult]:
-    """One check per reference output; stops at nothing, so every failure is reported."""
+    """One check per reference output; stops at nothing, so every failure is reported.
+    ``dtypes``: what each output must come back in (float32 where not named)."""
+    dtypes = dtypes or {}
     return [
-        _compare_one(case, name, outputs.get(name), expected, tolerances)
+        _compare_one(case, name, outputs.get(name), expected, tolerances,
+                     dtypes.get(name, torch.float32))
         for name, expected in reference.items()
     ]
 
 
 def _compare_one(
-    case: str, name: str, got: torch.Tensor | None, expected: torch.Tensor, tol: Tolerances
+    case: str, name: str, got: torch.Tensor | None, expected: torch.Tensor, tol: Tolerances,
+    dtype: torch.dtype,
 ) -> CheckResult:
     check = f"{name} matches reference"
     if not isinstance(got, torch.Tensor):
@@ -35,8 +42,10 @@ def _compare_one(
     if tuple(got.shape) != tuple(expected.shape):
         detail = f"{name}: shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
         return CheckResult(case, check, False, detail)
-    if got.dtype != torch.float32:
-        return CheckResult(case, check, False, f"{name}: dtype {got.dtype}, expected float32")
+    if got.dtype != dtype:
+        expected_name = str(dtype).removeprefix("torch.")
+        return CheckResult(case, check, False,
+                           f"{name}: dtype {got.dtype}, expected {expected_name}")
     got64 = got.detach().to(torch.float64)
     finite = torch.isfinite(got64)
     if not bool(finite.all()):

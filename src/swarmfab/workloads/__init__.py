@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from swarmfab.errors import WorkloadError
 from swarmfab.workloads._base import (
+    DTYPES,
     AnyShape,
     Case,
     Dims,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from swarmfab.kernels import DesignSpace
 
 __all__ = [
+    "DTYPES",
     "AnyShape",
     "Case",
     "Dims",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -120,23 +120,35 @@ class Distribution:
 
 
 TWIN_SEED_OFFSET = 7919
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+"""The dtypes a goal may give its inputs in, by name."""
 
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """A reproducible validation input: shape, distribution and seed."""
+    """A reproducible validation input: shape, distribution, seed and the dtype its
+    floating-point inputs are given in (a goal's ``dtype``: every case an evaluator runs
+    carries it, :meth:`in_dtype`)."""
 
     name: str
     shape: AnyShape
     distribution: Distribution = field(default_factory=Distribution)
     seed: int = 0
     origin: str = "builtin"
+    dtype: str = "float32"
 
     def twin(self) -> Case:
         """Same shape and distribution, other values: the verifier writes them into the
         very buffers of this case's call (fresh inputs, same buffers)."""
         return Case(f"{self.name} (fresh inputs, same buffers)", self.shape,
-                    self.distribution, self.seed + TWIN_SEED_OFFSET, self.origin)
+                    self.distribution, self.seed + TWIN_SEED_OFFSET, self.origin, self.dtype)
+
+    def in_dtype(self, dtype: str) -> Case:
+        return self if dtype == self.dtype else replace(self, dtype=dtype)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
 
     @property
     def family_seed(self) -> int:
@@ -162,8 +174,14 @@ class Case:
         return Case(
             name=data["name"], shape=shape,
             distribution=Distribution(**data["distribution"]), seed=int(data["seed"]),
-            origin=data.get("origin", "stored"),
+            origin=data.get("origin", "stored"), dtype=_dtype_name(data.get("dtype", "float32")),
         )
+
+
+def _dtype_name(name: object) -> str:
+    if name not in DTYPES:
+        raise KeyError(f"dtype {name!r} is not one of {', '.join(DTYPES)}")
+    return str(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +215,7 @@ class Workload(ABC):
     default_shapes: tuple[AnyShape, ...] = ()
     output_names: tuple[str, ...] = ()
     source_file: str | None = None  # set by swarmfab when loaded from a user's file
+    dtypes: tuple[str, ...] = ("float32",)  # what a goal's ``dtype`` may be (DTYPES)
     opt_in_baselines: frozenset[str] = frozenset()  # timed only when asked for by name
     compiling_baselines: frozenset[str] = frozenset()  # start a compiler when first called
     cuda_baselines: frozenset[str] = frozenset()  # run on a CUDA device only (fla's kernels)
@@ -217,8 +236,13 @@ class Workload(ABC):
         return [name for name in names if name not in self.cuda_baselines]
 
     @abstractmethod
-    def make_inputs(self, case: Case, dtype: torch.dtype = torch.float32) -> Inputs:
-        """Draw the inputs of ``case`` deterministically from its seed."""
+    def make_inputs(self, case: Case, dtype: torch.dtype | None = None) -> Inputs:
+        """Draw the inputs of ``case`` deterministically from its seed, in ``dtype``
+        (None: the case's own)."""
+
+    def output_dtypes(self, case: Case) -> Mapping[str, torch.dtype]:
+        """The dtype each output must come back in; an output not named: the case's."""
+        return {}
 
     @abstractmethod
     def reference(self, inputs: Inputs) -> Outputs:
@@ -265,7 +289,9 @@ class Workload(ABC):
         return None
 
     def min_bytes(self, shape: AnyShape) -> float | None:
-        """Bytes an ideal fused kernel must move; None: unknown (no roofline)."""
+        """Bytes an ideal fused kernel must move, inputs in float32; None: unknown (no
+        roofline). A workload that lists other :attr:`dtypes` also takes ``dtype=`` (a
+        name in DTYPES) here: :func:`compulsory_bytes` passes it for those only."""
         return None
 
     def fuzz_cases(self, rng: random.Random, count: int) -> list[Case]:

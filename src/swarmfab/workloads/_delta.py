@@ -38,6 +38,7 @@ from swarmfab.errors import WorkloadError
 from swarmfab.kernels import DesignSpace
 from swarmfab.workloads import _delta_math, _delta_pool, _delta_reference
 from swarmfab.workloads._base import (
+    DTYPES,
     Case,
     CFunction,
     Distribution,
@@ -70,6 +71,7 @@ class GatedDeltaRule(Workload):
 
     family = "delta-rule"
     output_names = ("o", "final_state")
+    dtypes = ("float32", "bfloat16")
     c_optional_symbols = ("indexed",)  # the pooled entry point (see the module's doc)
     # torch-compile compiles for ~10 s per shape and job; ggml is there only where its
     # libraries are (the peers extra, or scripts/build_ggml.sh)
@@ -98,7 +100,10 @@ class GatedDeltaRule(Workload):
             return g
         return g.unsqueeze(-1).expand(*g.shape, key_dim)
 
-    def make_inputs(self, case: Case, dtype: torch.dtype = torch.float32) -> Inputs:
+    def make_inputs(self, case: Case, dtype: torch.dtype | None = None) -> Inputs:
+        """q, k, v and beta in the case's dtype (fla's users pass bfloat16); the gate and
+        the state in float32 (fla keeps its state, and computes its gate, in float32)."""
+        dtype = dtype or case.torch_dtype
         s, dist = _delta_shape(case), case.distribution
         gen = torch.Generator().manual_seed(case.seed)
         q = F.normalize(torch.rand(s.B, s.T, s.H, s.K, generator=gen, dtype=torch.float64), dim=-1)
@@ -182,6 +187,10 @@ class GatedDeltaRule(Workload):
         o, _ = _invoke(forward, inputs, final_state=False)
         return {"o": o}
 
+    def output_dtypes(self, case: Case) -> dict[str, torch.dtype]:
+        """o in the case's dtype (v's), the state in float32 whatever the inputs."""
+        return {"final_state": torch.float32}
+
     def written_in_place(self, inputs: Inputs) -> dict[str, str]:
         return {"final_state": "initial_state"} if "state_indices" in inputs else {}
 
@@ -202,6 +211,7 @@ class GatedDeltaRule(Workload):
             beta: torch.Tensor, scale: float | None = None,
             initial_state: torch.Tensor | None = None, output_final_state: bool = False,
         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+            given = v.dtype
             q, k, v, g, beta = _prepared(device, initial_state, q, k, v, g, beta)
             h0 = None if initial_state is None else initial_state.contiguous().float()
             # when verifying, outputs start as NaN so any element left unwritten is caught
@@ -212,7 +222,7 @@ class GatedDeltaRule(Workload):
                               *_scalars(q, v, scale))
             if status != 0:
                 raise KernelRefusedError(f"{symbol} returned {status} (arguments refused)")
-            return o, ht
+            return o.to(given), ht
 
         gathered = _delta_pool.pooled(plain)  # pools gathered and scattered around plain
         if indexed is None:
@@ -229,6 +239,7 @@ class GatedDeltaRule(Workload):
             if not inplace_final_state:  # nothing to update in place
                 return gathered(q, k, v, g, beta, scale, initial_state, output_final_state,
                                 inplace_final_state, state_indices)
+            given = v.dtype
             q, k, v, g, beta = _prepared(device, initial_state, q, k, v, g, beta)
             pool, slots = _delta_pool.pool_and_slots(q, v, initial_state, state_indices)
             o = _output(v.shape, fill_outputs, device)
@@ -237,7 +248,7 @@ class GatedDeltaRule(Workload):
             if status != 0:
                 raise KernelRefusedError(f"{symbol}_indexed returned {status} (arguments "
                                          "refused)")
-            return o, pool
+            return o.to(given), pool
 
         return in_place
 
@@ -305,11 +316,14 @@ class GatedDeltaRule(Workload):
         (the recurrent template's ``decay=deferred``) shows they are not needed."""
         return 6.0 * shape.B * shape.T * shape.HV * shape.K * shape.V
 
-    def min_bytes(self, shape: Shape) -> float:  # type: ignore[override]
-        """float32: q, k, v, g, beta read once; o written; state read (if given) and written."""
+    def min_bytes(self, shape: Shape, dtype: str = "float32") -> float:  # type: ignore[override]
+        """q, k, v, beta read once and o written, in ``dtype``; g read once and the state
+        read (if given) and written, in float32."""
         s = shape
+        size = DTYPES[dtype].itemsize
         gate = s.K if self.gate_per_channel else 1
-        token_bytes = 4 * s.B * s.T * (2 * s.H * s.K + s.HV * (2 * s.V + gate + 1))
+        token_bytes = s.B * s.T * (size * (2 * s.H * s.K + s.HV * (2 * s.V + 1))
+                                   + 4 * s.HV * gate)
         state_bytes = 4 * s.B * s.HV * s.K * s.V * (2 if s.initial_state else 1)
         return float(token_bytes + state_bytes)
 
@@ -431,9 +445,13 @@ def _baseline(
     output_final_state: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A PyTorch baseline in float32: fla's naive per-token recurrence, or the vectorised
-    chunked (WY/UT) form with chunk 64."""
+    chunked (WY/UT) form with chunk 64; the output in v's dtype (fla's, for bfloat16
+    inputs), the state in float32."""
+    given = v.dtype
+    q, k, v, g, beta = (x.float() for x in (q, k, v, g, beta))
     o, state = algorithm(
         q, k, v, workload.per_channel_gate(g, q.shape[-1]), beta,
-        q.shape[-1] ** -0.5 if scale is None else scale, initial_state,
+        q.shape[-1] ** -0.5 if scale is None else scale,
+        None if initial_state is None else initial_state.float(),
     )
-    return o, state if output_final_state else None
+    return o.to(given), state if output_final_state else None

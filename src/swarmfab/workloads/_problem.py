@@ -191,7 +191,8 @@ class ProblemWorkload(Workload):
         return _output_names(result)
 
     # -- the contract ----------------------------------------------------------------
-    def make_inputs(self, case: Case, dtype: torch.dtype = torch.float32) -> Inputs:
+    def make_inputs(self, case: Case, dtype: torch.dtype | None = None) -> Inputs:
+        dtype = dtype or case.torch_dtype
         if not isinstance(case.shape, Dims):
             raise WorkloadError(f"{self.name} takes named sizes, not {case.shape}")
         namespace = self.namespace(case.shape)
