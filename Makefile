@@ -21,8 +21,10 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e .
 	touch $(STAMP)
 
+# the test tools, and Triton: its CPU interpreter checks the GPU kernels' mathematics
 $(DEV_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip freeze | grep '^torch==' > $(VENV)/torch-pin.txt  # Triton must not replace torch
+	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt -e ".[dev,gpu]"
 	touch $(DEV_STAMP)
 
 demo: $(STAMP)

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The GPU check for a lent H200 (no network), from the repository root, within 8 minutes
-# (each step has its own timeout: 100 s of tests, 200 s of swarm, 160 s of table):
+# The GPU check for a lent H200 (no network), from the repository root, within 10 minutes
+# (each step has its own timeout: 100 s of tests, 200 s of swarm, 160 + 120 s of tables):
 #   1. install the wheels the image lacks from the wheelhouse (scripts/gpu_wheelhouse.sh
 #      prepares it elsewhere; SWARMFAB_WHEELHOUSE, default .whl),
 #   2. the GPU tests (the `gpu` marker) and the rest of the GPU files' tests,
 #   3. a short swarm on KDA with device = "cuda",
 #   4. its champion verified on the device and timed against fla's chunk_kda and
-#      fused_recurrent_kda on fla's benchmark shapes (the table is printed).
+#      fused_recurrent_kda on fla's benchmark shapes (the table is printed),
+#   5. the same in bfloat16, as fla's users call it (q, k, v, beta in bfloat16, the state
+#      in float32), at fla's headline shape, a mid-size one and decode with a state.
 # Output goes to stdout and, when OUT is set, to $OUT/gpu_check.log.
 set -uo pipefail
 WHEELHOUSE="${SWARMFAB_WHEELHOUSE:-.whl}"
@@ -78,6 +80,13 @@ timeout 160 "$PYTHON" -m swarmfab bench kda --device cuda --candidate champion \
     --shape 4,4096,64,128,128 --shape 8,2048,32,256,256 --shape 8,1024,8,64,64
 bench_status=$?
 
+step "the champion against fla in bfloat16 (B,T,H,K,V; +h0: with a state)"
+timeout 120 "$PYTHON" -m swarmfab bench kda --device cuda --candidate champion --dtype bfloat16 \
+    --db "$WORK/runs.db" --workdir "$WORK/wd" --threads 4 "${baselines[@]}" \
+    --shape 1,8192,96,128,128 --shape 4,2048,16,128,128 --shape 64,1,16,128,128+h0
+bf16_status=$?
+
 step "done"
-echo "tests: $tests_status, swarm: $swarm_status, bench: $bench_status"
-[ "$tests_status" -eq 0 ] && [ "$swarm_status" -eq 0 ] && [ "$bench_status" -eq 0 ]
+echo "tests: $tests_status, swarm: $swarm_status, bench: $bench_status, bfloat16 bench: $bf16_status"
+[ "$tests_status" -eq 0 ] && [ "$swarm_status" -eq 0 ] && [ "$bench_status" -eq 0 ] \
+    && [ "$bf16_status" -eq 0 ]

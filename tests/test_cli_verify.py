@@ -81,3 +81,22 @@ def test_verify_on_a_champions_own_source_names_the_champion(tmp_path: Path) -> 
     source.parent.mkdir()
     source.write_text(champion.sources[champion.entry])
     assert candidate_from_file("kda", source).id == champion.id
+
+
+@needs_cc
+def test_verify_in_bfloat16_judges_the_c_kernel_with_the_bfloat16_inputs(tmp_path: Path) -> None:
+    champion = _champion()
+    source = tmp_path / champion.entry
+    source.write_text(champion.sources[champion.entry])
+    common = ["--db", str(tmp_path / "x.db"), "--workdir", str(tmp_path / "wd"), "--fuzz", "1"]
+    result = CliRunner().invoke(app, ["verify", "kda", str(source), "--dtype", "bfloat16",
+                                      "--json", *common])
+    assert result.exit_code == 0, result.output
+    verdict = json.loads(result.output)
+    assert verdict["status"] == "accepted"
+    errors = [check["rms_ratio"] for check in verdict["checks"]
+              if check["check"] == "o matches reference"]
+    assert max(errors) > 1e-4  # o came back rounded to bfloat16, within its tolerance
+    refused = CliRunner().invoke(app, ["verify", "kda", str(source), "--dtype", "float16",
+                                       *common])
+    assert refused.exit_code == 2 and "float16" in refused.output

@@ -185,12 +185,14 @@ def bench(
     tables = evaluator.side_by_side(contenders, dataclasses.replace(CONFIRMATION,
                                                                    flush_bytes=flush))
     if as_json:
-        print(json.dumps([_side_json(t) for t in tables], indent=2))
+        print(json.dumps([_side_json(t, goal.dtype) for t in tables], indent=2))
     else:
         title = (f"{workload}: side by side, {goal.threads} thread(s), "
                  f"{'cold' if cold else 'warm'} cache")
         if goal.device == "cuda":
             title = f"{workload}: side by side on the CUDA device (L2 flushed before every sample)"
+        if goal.dtype != "float32":
+            title += f", inputs in {goal.dtype} (the state in float32)"
         console.print(bench_table(tables, title))
 
 
@@ -250,11 +252,13 @@ def _bench_candidate(store: Store, workload: str, which: str, run_id: str | None
     return candidate_from_file(workload, Path(which))
 
 
-def _side_json(table: Any) -> dict[str, Any]:
+def _side_json(table: Any, dtype: str) -> dict[str, Any]:
+    """``dtype``: what the inputs were given in (the state is float32 either way)."""
     def est(e: Any) -> dict[str, float]:
         return {"median": e.median, "low": e.low, "high": e.high}
 
-    return {"shape": table.shape, "reference": table.reference, "samples": table.samples,
+    return {"shape": table.shape, "dtype": dtype, "reference": table.reference,
+            "samples": table.samples,
             "cache": table.cache, "roofline_bound_s": table.bound_s,
             "seconds": {n: est(e) for n, e in table.seconds.items()},
             "ratio_to_reference": {n: est(e) for n, e in table.ratio_to_reference.items()},

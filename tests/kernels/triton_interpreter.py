@@ -78,6 +78,31 @@ def _bfloat16_dot() -> None:
     builder.create_dot = create_dot
 
 
+def _bfloat16_rounding() -> None:
+    """Triton 3.9's interpreter narrows float32 to bfloat16 by truncation (twice the
+    error of the device's round-to-nearest-even, its default); round to nearest even,
+    as torch does (the interpreter only, not the compiler)."""
+    import numpy as np
+    import torch
+    import triton.language as tl
+    import triton.runtime.interpreter as interpreter
+
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    if builder is None or not hasattr(builder, "cast_impl"):  # another Triton
+        return
+    original = builder.cast_impl
+
+    def cast_impl(self: object, src: object, dst_type: object) -> object:
+        if (getattr(src, "dtype", None) != tl.float32
+                or getattr(dst_type, "scalar", None) != tl.bfloat16):
+            return original(self, src, dst_type)
+        wide = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32))  # type: ignore[attr-defined]
+        narrow = wide.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+        return interpreter.TensorHandle(narrow, tl.bfloat16)
+
+    builder.cast_impl = cast_impl
+
+
 def _check(candidate: Path, cases: list[Case]) -> list[str]:
     import importlib.util
 
@@ -89,6 +114,7 @@ def _check(candidate: Path, cases: list[Case]) -> list[str]:
     torch.set_num_threads(1)
     _index_any_scalar()
     _bfloat16_dot()
+    _bfloat16_rounding()
     spec = importlib.util.spec_from_file_location("candidate_interpreted", candidate)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -92,8 +92,7 @@ def gpu_space(workload: str = "kda") -> DesignSpace:
                  help="state columns per program/block (each keeps its tile on chip)"),
             Knob("dot_precision", "tensor-cores", ("ieee", "tf32x3", "tf32", "bf16"), "ieee",
                  help="tl.dot inputs: exact float32, three TF32 passes, one TF32 pass, or "
-                      "rounded to bfloat16 (float32 accumulation; all but the intra-chunk "
-                      "attention's product; for bfloat16 goals)"),
+                      "rounded to bfloat16 (float32 accumulation; for bfloat16 goals)"),
             Knob("warps", "parallelism", (2, 4, 8), 4, ordered=True,
                  help="warps per Triton program"),
             Knob("k_split", "parallelism", (1, 2, 4, 8), 4, ordered=True,
