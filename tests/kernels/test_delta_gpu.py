@@ -49,6 +49,9 @@ STRONG_DECAY = Case("strong-decay", Shape(1, 40, 1, 1, 32, 32, initial_state=Tru
                     Distribution(gate_divisor=0.1), seed=4)
 TAIL = Case("tail-not-chunk-multiple", Shape(1, 37, 2, 2, 32, 32), seed=1)
 GVA = Case("gva-2x-k-ne-v", Shape(1, 20, 1, 2, 16, 48, initial_state=True), seed=2)
+# states at shuffled slots of a larger pool, updated in place (the slots left out must
+# come back untouched)
+POOL = Case("prefill-in-place-pool", Shape(2, 21, 1, 2, 16, 32, True, pool=5), seed=10)
 
 
 @pytest.mark.parametrize(("chunk", "cases"), [(16, [TAIL, GVA, STRONG_DECAY]), (32, [TAIL])])
@@ -66,10 +69,10 @@ def test_the_triton_recurrent_kernel_matches_the_float64_reference_in_the_interp
 ) -> None:
     setting = {**gpu_space().default(), "kernel": "triton-recurrent", "block_v": 16}
     decode = Case("decode-with-state", Shape(2, 1, 2, 2, 16, 16, initial_state=True))
-    assert failed_checks(render_triton(setting), [decode, GVA], tmp_path) == []
+    assert failed_checks(render_triton(setting), [decode, GVA, POOL], tmp_path) == []
 
 
-BF16 = [case.in_dtype("bfloat16") for case in (TAIL, GVA, STRONG_DECAY)]
+BF16 = [case.in_dtype("bfloat16") for case in (TAIL, GVA, STRONG_DECAY, POOL)]
 
 
 @pytest.mark.parametrize(("kernel", "precision"), [("triton-chunked", "ieee"),
