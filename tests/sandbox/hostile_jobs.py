@@ -35,6 +35,13 @@ def write_outside(path: str) -> str:
     return "written"
 
 
+def share_memory(name: str) -> list[str]:
+    """Write POSIX shared memory (as a CUDA driver does) and list what the job sees."""
+    with open(f"/dev/shm/{name}", "w") as handle:
+        handle.write("shared")
+    return sorted(os.listdir("/dev/shm"))
+
+
 def connect_loopback(port: int) -> str:
     with socket.create_connection(("127.0.0.1", port), timeout=2):
         return "connected"

@@ -43,6 +43,22 @@ def test_writing_outside_the_job_directory_is_refused(tmp_path: Path) -> None:
     assert not target.exists()
 
 
+def test_a_job_has_shared_memory_of_its_own(tmp_path: Path) -> None:
+    """A confined job writes /dev/shm (a CUDA driver needs it), in a tmpfs of its own:
+    it sees none of the host's shared memory and leaves nothing there."""
+    if run_job(hostile_jobs.write_outside, str(tmp_path / "probe")).status is JobStatus.OK:
+        pytest.skip("this host allows no mount namespace: /dev/shm is the host's")
+    host = Path("/dev/shm") / f"swarmfab-test-host-{os.getpid()}"
+    host.write_text("the host's")
+    try:
+        outcome = run_job(hostile_jobs.share_memory, f"swarmfab-test-job-{os.getpid()}")
+        assert outcome.status is JobStatus.OK, outcome.detail
+        assert outcome.value == [f"swarmfab-test-job-{os.getpid()}"]
+        assert not (Path("/dev/shm") / f"swarmfab-test-job-{os.getpid()}").exists()
+    finally:
+        host.unlink()
+
+
 def test_the_network_is_out_of_reach() -> None:
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]

@@ -415,14 +415,15 @@ class Evaluator:
 
     # -- helpers -------------------------------------------------------------------
     def _limits_for(self, implementations: list[Implementation]) -> Limits:
-        """A baseline or candidate that compiles at first call (torch.compile) needs to
-        start the compiler and write large intermediate files; only such jobs get that.
+        """A baseline or candidate that compiles at first call (torch.compile, Triton
+        kernels such as fla's) needs to start the compiler and write large intermediate
+        files; only such jobs get that.
         On a CUDA device no address-space limit is set: the driver reserves far more
         virtual memory than it uses."""
         limits = self.limits
         if self.device == "cuda":
             limits = dataclasses.replace(limits, memory_bytes=None)
-        compiling = self.workload.compiling_baselines
+        compiling = self.workload.compiling_baselines | self.workload.jit_baselines
         if not any(impl.baseline in compiling or (
                 impl.artifact is not None and get_backend(impl.artifact.backend).needs_processes)
                 for impl in implementations):

@@ -109,7 +109,10 @@ def isolate_network() -> bool:
 
 
 _CLONE_NEWNS = 0x00020000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
 _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 1 << 18
+SHARED_MEMORY = "/dev/shm"
+SHARED_MEMORY_BYTES = 256 * 2**20  # a job's own POSIX shared memory (RAM-backed)
 _AT_FDCWD, _AT_RECURSIVE = -100, 0x8000
 _MOUNT_ATTR_RDONLY = 1
 _SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}
@@ -121,7 +124,10 @@ class _MountAttr(ctypes.Structure):
 
 
 def confine_filesystem(workdir: Path) -> bool:
-    """Make every mount read-only except ``workdir``, in a private mount namespace.
+    """Make every mount read-only except ``workdir``, in a private mount namespace, and
+    give the job a POSIX shared-memory directory of its own (an empty tmpfs on
+    ``/dev/shm``, 256 MiB at most: a CUDA driver and OpenMP runtimes open shared memory
+    there, and a job must neither see nor touch the host's).
 
     Needs root (or a user namespace) and Linux >= 5.12 for mount_setattr; the host's
     mounts are untouched. Returns False, changing nothing visible, where refused.
@@ -138,13 +144,18 @@ def confine_filesystem(workdir: Path) -> bool:
         return bool(libc.syscall(number, _AT_FDCWD, path, _AT_RECURSIVE, ctypes.byref(attr),
                                  size) == 0)
 
-    return (
+    confined = (
         libc.unshare(_CLONE_NEWNS) == 0
         and libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) == 0
         and libc.mount(target, target, None, _MS_BIND, None) == 0
         and set_attributes(b"/", _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0))
         and set_attributes(target, _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0))
     )
+    if confined and os.path.isdir(SHARED_MEMORY):  # best effort: without it, read-only
+        libc.mount(b"tmpfs", SHARED_MEMORY.encode(), b"tmpfs",
+                   _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                   f"size={SHARED_MEMORY_BYTES},mode=1777".encode())
+    return confined
 
 
 def _runs_unprivileged(isolate: bool) -> bool:

@@ -218,6 +218,9 @@ class Workload(ABC):
     dtypes: tuple[str, ...] = ("float32",)  # what a goal's ``dtype`` may be (DTYPES)
     opt_in_baselines: frozenset[str] = frozenset()  # timed only when asked for by name
     compiling_baselines: frozenset[str] = frozenset()  # start a compiler when first called
+    # compile just in time in subprocesses (Triton's ptxas), so their jobs may start
+    # processes; unlike the compiling ones, they may be a run's first incumbent
+    jit_baselines: frozenset[str] = frozenset()
     cuda_baselines: frozenset[str] = frozenset()  # run on a CUDA device only (fla's kernels)
     python_backend: str = "python"  # the backend of a .py candidate file
 

@@ -18,6 +18,7 @@ class KDA(GatedDeltaRule):
     c_symbol = "kda_forward"
     gate_per_channel = True
     cuda_baselines = frozenset(FLA_BASELINES)
+    jit_baselines = frozenset(FLA_BASELINES)  # fla's Triton kernels run ptxas at first call
 
     def fla_baselines(self) -> dict[str, Forward]:
         return fla_kda_baselines()
