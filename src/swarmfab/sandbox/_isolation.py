@@ -123,7 +123,7 @@ class _MountAttr(ctypes.Structure):
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 
-def confine_filesystem(workdir: Path) -> bool:
+def confine_filesystem(workdir: Path, shared_memory: bool = True) -> bool:
     """Make every mount read-only except ``workdir``, in a private mount namespace, and
     give the job a POSIX shared-memory directory of its own (an empty tmpfs on
     ``/dev/shm``, 256 MiB at most: a CUDA driver and OpenMP runtimes open shared memory
@@ -131,6 +131,8 @@ def confine_filesystem(workdir: Path) -> bool:
 
     Needs root (or a user namespace) and Linux >= 5.12 for mount_setattr; the host's
     mounts are untouched. Returns False, changing nothing visible, where refused.
+    ``shared_memory=False`` leaves ``/dev/shm`` read-only like the rest (for
+    :mod:`swarmfab.sandbox.probe`, which tells whether a driver needs it).
     """
     number = _SYS_MOUNT_SETATTR.get(os.uname().machine)
     if number is None:
@@ -151,7 +153,7 @@ def confine_filesystem(workdir: Path) -> bool:
         and set_attributes(b"/", _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0))
         and set_attributes(target, _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0))
     )
-    if confined and os.path.isdir(SHARED_MEMORY):  # best effort: without it, read-only
+    if confined and shared_memory and os.path.isdir(SHARED_MEMORY):  # best effort
         libc.mount(b"tmpfs", SHARED_MEMORY.encode(), b"tmpfs",
                    _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
                    f"size={SHARED_MEMORY_BYTES},mode=1777".encode())

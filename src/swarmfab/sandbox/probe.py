@@ -1,0 +1,207 @@
+"""Which isolation steps hold on this host, and whether CUDA and Triton still work under
+each: ``python -m swarmfab.sandbox.probe [--json]``.
+
+Each configuration runs in a child forked from this process, which has imported torch
+without initialising CUDA (as the sandbox's forkserver has). The child applies the
+configuration's steps, then tries: a kernel on the CUDA device; a Triton kernel, compiled
+there (Triton runs ptxas in a subprocess); writing outside its directory; POSIX shared
+memory; a TCP connection to this process; starting a process. The last two
+configurations are the sandbox itself, as a job gets it (``_confine``), with processes
+forbidden and allowed (what a Triton job gets). A step that breaks CUDA is the single
+step whose row reads ``cuda`` refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from swarmfab.sandbox._isolation import (
+    confine_filesystem,
+    drop_privileges,
+    forbid_processes_and_sockets,
+    isolate_network,
+)
+
+__all__ = ["CHECKS", "configurations", "main", "probe"]
+
+CHECKS = ("cuda", "triton", "write outside", "shared memory", "network", "processes")
+CHILD_TIMEOUT_S = 180.0  # a first Triton compilation takes seconds; a hang ends here
+_TRITON_KERNEL = '''import torch, triton, triton.language as tl
+
+
+@triton.jit
+def double(x, y, n: tl.constexpr):
+    r = tl.arange(0, n)
+    tl.store(y + r, tl.load(x + r) * 2)
+
+
+def run():
+    x = torch.ones(64, device="cuda")
+    y = torch.empty_like(x)
+    double[(1,)](x, y, n=64)
+    return float(y.sum())
+'''
+
+Step = Callable[[Path], object]
+
+
+def configurations() -> dict[str, list[Step]]:
+    """Name -> the steps a child applies, in the sandbox's order."""
+    from swarmfab.sandbox._process import Limits, _confine
+
+    def sandbox(allow: bool) -> Step:
+        limits = Limits(isolate=True, allow_processes=allow, wall_s=CHILD_TIMEOUT_S)
+        return lambda workdir: _confine(limits, workdir, dict(os.environ))
+
+    return {
+        "no isolation": [],
+        "network namespace": [lambda _: isolate_network()],
+        "read-only file systems": [confine_filesystem],
+        "read-only file systems, /dev/shm too": [
+            functools.partial(confine_filesystem, shared_memory=False)],
+        "user nobody": [lambda workdir: drop_privileges(workdir, 64)],
+        "seccomp": [lambda _: forbid_processes_and_sockets()],
+        "seccomp, processes allowed": [
+            lambda _: forbid_processes_and_sockets(allow_processes=True)],
+        "sandbox": [sandbox(False)],
+        "sandbox, processes allowed": [sandbox(True)],
+    }
+
+
+def _attempt(check: Callable[[], object]) -> str:
+    try:
+        result = check()
+    except BaseException as exc:  # every failure is a finding
+        return f"refused: {type(exc).__name__}: {str(exc).strip()[:160]}"
+    return "ok" if result is None else f"ok ({result})"
+
+
+def _checks(workdir: Path, outside: Path, port: int) -> dict[str, str]:
+    import torch
+
+    def cuda() -> str:
+        if not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device")
+        total = float((torch.ones(1024, device="cuda") * 2).sum())
+        assert total == 2048.0, total
+        return f"{torch.cuda.device_count()} device(s)"
+
+    def triton() -> object:
+        path = workdir / "probe_triton_kernel.py"
+        path.write_text(_TRITON_KERNEL)
+        spec = importlib.util.spec_from_file_location("probe_triton_kernel", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert module.run() == 128.0
+        return None
+
+    def write_outside() -> None:
+        (outside / f"written-{os.getpid()}").write_text("escaped")
+
+    def shared_memory() -> None:
+        path = Path("/dev/shm") / f"swarmfab-probe-{os.getpid()}"
+        path.write_text("shared")
+        path.unlink()
+
+    def network() -> None:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+    def processes() -> None:
+        subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=30)
+
+    found = {"cuda": _attempt(cuda)}
+    found["triton"] = (_attempt(triton) if found["cuda"].startswith("ok")
+                       else "not tried: no CUDA")
+    for name, check in (("write outside", write_outside), ("shared memory", shared_memory),
+                        ("network", network), ("processes", processes)):
+        found[name] = _attempt(check)
+    return found
+
+
+def _child(steps: list[Step], workdir: Path, outside: Path, port: int, writer: int) -> None:
+    os.environ.update(HOME=str(workdir), TMPDIR=str(workdir),
+                      TRITON_CACHE_DIR=str(workdir / "triton-cache"))
+    applied = [_attempt(functools.partial(step, workdir)) for step in steps]
+    result = {"steps": applied, **_checks(workdir, outside, port)}
+    os.write(writer, json.dumps(result).encode())
+
+
+def probe(name: str, steps: list[Step], port: int) -> dict[str, object]:
+    """One configuration's findings (a child that hangs or dies says so)."""
+    workdir = Path(tempfile.mkdtemp(prefix="swarmfab-probe-"))
+    outside = Path(tempfile.mkdtemp(prefix="swarmfab-probe-outside-"))
+    os.chmod(workdir, 0o777)
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the caller's code
+        code = 0
+        try:
+            os.close(reader)
+            _child(steps, workdir, outside, port, writer)
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(writer)
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
+    while time.monotonic() < deadline and os.waitpid(pid, os.WNOHANG) == (0, 0):
+        time.sleep(0.05)
+    else:
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    data = b""
+    while chunk := os.read(reader, 65536):
+        data += chunk
+    os.close(reader)
+    shutil.rmtree(workdir, ignore_errors=True)
+    shutil.rmtree(outside, ignore_errors=True)
+    if not data:
+        return {"configuration": name, "error": f"the child hung or died within "
+                                                 f"{CHILD_TIMEOUT_S:.0f} s"}
+    return {"configuration": name, **json.loads(data)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="one JSON document")
+    args = parser.parse_args(argv)
+    import torch  # imported before forking, CUDA left uninitialised, as the forkserver
+
+    server = socket.create_server(("127.0.0.1", 0))
+    server.listen(16)
+    port = server.getsockname()[1]
+    try:
+        rows = [probe(name, steps, port) for name, steps in configurations().items()]
+    finally:
+        server.close()
+    host = {"euid": os.geteuid(), "torch": torch.__version__,
+            "cuda build": torch.version.cuda}
+    if args.json:
+        print(json.dumps({"host": host, "configurations": rows}, indent=2))
+        return 0
+    print(f"host: {host}")
+    for row in rows:
+        print(f"\n{row['configuration']}")
+        for key in ("error", "steps", *CHECKS):
+            if key in row:
+                print(f"  {key:<14} {row[key]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
