@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""The GPU check for a lent H200 (scripts/gpu_check.sh installs the wheels, then runs this).
+
+Phases, each printed with the time elapsed before it starts and its own limit:
+
+  environment    the device, the driver and the versions
+  sandbox        python -m swarmfab.sandbox.probe: each isolation step with CUDA and Triton
+  smoke          a Triton and a CUDA candidate verified on the device, the Triton one (the
+                 space's default) timed against fla's chunk_kda on one shape (the
+                 default baselines without fla)
+  (--smoke ends here: about a minute)
+  tests          the GPU test files
+  swarm          a short run with device = "cuda"
+  fla float32    its champion against fla on fla's benchmark shapes and decode
+  fla bfloat16   the same with bfloat16 inputs, as fla's users call it
+
+A phase past its limit is a hang: every process it started gets SIGABRT, on which Python
+prints every thread's stack (PYTHONFAULTHANDLER), so the log names the line it hung on;
+then SIGKILL. Each phase's output goes to --out/<phase>.log, the tables' JSON beside it,
+and a summary to --out/gpu_check.json. Exit 0 when every phase passed, 1 when one failed,
+2 when there is no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+PYTHON = sys.executable
+DUMP_GRACE_S = 5.0  # after SIGABRT, time for the stacks to be written
+FLA_SHAPES = ("1,8192,96,128,128", "2,16384,16,128,128", "4,2048,16,128,128",
+              "4,4096,64,128,128", "8,1024,8,64,64", "64,1,16,128,128+h0")
+BF16_SHAPES = ("1,8192,96,128,128", "4,2048,16,128,128", "64,1,16,128,128+h0")
+SMOKE_SHAPE = "2,1024,16,128,128"
+GOAL = """workload = "kda"
+device = "cuda"
+budget = "{budget}"
+threads = 4
+eval_timeout = "120s"
+shapes = [
+  {{B = 2, T = 1024, H = 16, K = 128, V = 128}},
+  {{B = 64, T = 1, H = 16, K = 128, V = 128, initial_state = true}},
+]
+"""
+
+
+@dataclass
+class Phase:
+    name: str
+    status: str  # passed, failed, timed out
+    seconds: float
+    limit_s: float
+    returncode: int | None
+    log: str  # the log's last lines
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process descended from ``pid`` (a new session included), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found, queue = [], [pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def run_phase(name: str, commands: list[list[str]], limit_s: float, out: Path,
+              env: dict[str, str] | None = None, started: float | None = None) -> Phase:
+    """Run ``commands`` in turn within ``limit_s`` seconds, their output shown and kept
+    in ``out/<name>.log``; past the limit, the watchdog (see the module's docstring)."""
+    started = time.monotonic() if started is None else started
+    print(f"\n== {name} ({time.monotonic() - started:.0f} s elapsed, limit {limit_s:.0f} s)",
+          flush=True)
+    log_path = out / f"{name.replace(' ', '_')}.log"
+    began = time.monotonic()
+    deadline = began + limit_s
+    status, code = "passed", 0
+    environment = {**os.environ, **(env or {}), "PYTHONFAULTHANDLER": "1",
+                   "PYTHONUNBUFFERED": "1"}
+    with log_path.open("w") as log:
+        for command in commands:
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       env=environment, start_new_session=True)
+            echo = threading.Thread(target=_tee, args=(process, log), daemon=True)
+            echo.start()
+            try:
+                code = process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _hang(process)
+                status, code = "timed out", None
+            echo.join(timeout=DUMP_GRACE_S)
+            if code != 0 and status == "passed":
+                status = "failed"
+            if status != "passed":
+                break
+    seconds = time.monotonic() - began
+    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
+    print(f"-- {name}: {status} in {seconds:.0f} s", flush=True)
+    return Phase(name, status, round(seconds, 1), limit_s, code, tail)
+
+
+def _tee(process: subprocess.Popen[bytes], log: object) -> None:
+    assert process.stdout is not None
+    for line in iter(process.stdout.readline, b""):
+        text = line.decode(errors="replace")
+        sys.stdout.write(text)
+        log.write(text)  # type: ignore[attr-defined]
+    sys.stdout.flush()
+
+
+def _hang(process: subprocess.Popen[bytes]) -> None:
+    """Every process of the phase prints its stacks (SIGABRT), then all are killed."""
+    everyone = [process.pid, *descendants(process.pid)]
+    print(f"watchdog: the limit has passed; {len(everyone)} process(es) print their stacks "
+          "and are killed", flush=True)
+    _signal_all(everyone, signal.SIGABRT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=DUMP_GRACE_S)
+    _signal_all([*everyone, *descendants(process.pid)], signal.SIGKILL)
+    process.wait()
+
+
+def _swarmfab(*args: str) -> list[str]:
+    return [PYTHON, "-m", "swarmfab", *args]
+
+
+def _render(work: Path) -> tuple[Path, Path]:
+    """The GPU space's default Triton candidate and its CUDA kernel, as files."""
+    from swarmfab.kernels.delta_gpu import gpu_space
+
+    space = gpu_space()
+    paths = []
+    for kernel in ("triton-chunked", "cuda-recurrent"):
+        candidate = space.instantiate({**space.default(), "kernel": kernel}, threads=1)
+        path = work / candidate.entry
+        path.write_text(candidate.sources[candidate.entry])
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def _fla() -> list[str]:
+    try:
+        import fla.ops.kda  # noqa: F401
+    except ImportError:
+        return []
+    return ["--baseline", "fla-chunk", "--baseline", "fla-fused-recurrent"]
+
+
+def _bench(store: list[str], dtype: str, shapes: tuple[str, ...], baselines: list[str],
+           candidate: str, table: Path) -> list[list[str]]:
+    """The bench as JSON into ``table``, then shown short (the JSON is for the record)."""
+    shape_args = [arg for shape in shapes for arg in ("--shape", shape)]
+    bench = _swarmfab("bench", "kda", "--device", "cuda", "--candidate", candidate,
+                      "--dtype", dtype, "--threads", "4", *store, *baselines, *shape_args,
+                      "--json")
+    return [["bash", "-c", f"{shlex.join(bench)} > {shlex.quote(str(table))}"],
+            [PYTHON, __file__, "--show-table", str(table)]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="stop after the smoke phase")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-check")))
+    parser.add_argument("--work", type=Path, default=Path("/tmp/swarmfab-gpu-check"))
+    parser.add_argument("--swarm-budget", default="75s")
+    parser.add_argument("--show-table", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.show_table is not None:
+        return _show_table(args.show_table)
+    started = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    phases: list[Phase] = []
+
+    def phase(name: str, commands: list[list[str]], limit_s: float) -> bool:
+        phases.append(run_phase(name, commands, limit_s, args.out, started=started))
+        _write_summary(args.out, phases, started)
+        return phases[-1].passed
+
+    if shutil.which("nvidia-smi") is None:
+        phases.append(Phase("environment", "failed", 0.0, 0.0, None,
+                            "no nvidia-smi: this check is for a host with an NVIDIA GPU"))
+        _write_summary(args.out, phases, started)
+        print("no NVIDIA GPU visible: this check is for a GPU host", file=sys.stderr)
+        return 2
+    versions = ("import torch, triton; print('torch', torch.__version__, 'triton', "
+                "triton.__version__, 'device', torch.cuda.get_device_name())\n"
+                "try:\n import fla; print('fla', getattr(fla, '__version__', '?'))\n"
+                "except ImportError: print('fla: not installed')\nimport swarmfab")
+    if not phase("environment", [["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                  "--format=csv,noheader"], [PYTHON, "-c", versions]], 60):
+        return 2
+    phase("sandbox", [[PYTHON, "-m", "swarmfab.sandbox.probe"]], 90)
+    store = ["--db", str(args.work / "runs.db"), "--workdir", str(args.work / "wd")]
+    triton_file, cuda_file = _render(args.work)
+    fla = _fla()
+    phase("smoke", [_swarmfab("verify", "kda", str(triton_file), "--backend", "triton",
+                              "--fuzz", "2", *store),
+                    _swarmfab("verify", "kda", str(cuda_file), "--fuzz", "2", *store),
+                    *_bench(store, "float32", (SMOKE_SHAPE,), fla[:2], "default",
+                            args.out / "smoke_table.json")], 120)
+    if not args.smoke:
+        phase("tests", [[PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                         "tests/kernels/test_delta_gpu.py", "tests/backends/test_gpu.py",
+                         "tests/measure/test_gpu_timing.py", "tests/verify/test_gpu_probes.py"]],
+              150)
+        goal = args.work / "goal.toml"
+        goal.write_text(GOAL.format(budget=args.swarm_budget))
+        phase("swarm", [_swarmfab("run", str(goal), *store)], 150)
+        phase("fla float32", _bench(store, "float32", FLA_SHAPES, fla, "champion",
+                                    args.out / "fla_float32.json"), 180)
+        phase("fla bfloat16", _bench(store, "bfloat16", BF16_SHAPES, fla, "champion",
+                                     args.out / "fla_bfloat16.json"), 150)
+    _write_summary(args.out, phases, started)
+    print(f"\n{sum(p.passed for p in phases)}/{len(phases)} phases passed in "
+          f"{time.monotonic() - started:.0f} s; summary: {args.out / 'gpu_check.json'}")
+    return 0 if all(p.passed for p in phases) else 1
+
+
+def _show_table(path: Path) -> int:
+    """A bench's JSON, kept at ``path``, shown as a short table."""
+    for table in json.loads(path.read_text()):
+        times = "  ".join(f"{name} {est['median'] * 1e3:.3f} ms"
+                          for name, est in table["seconds"].items())
+        print(f"{table['shape']} ({table['dtype']}): {times}")
+    return 0
+
+
+def _write_summary(out: Path, phases: list[Phase], started: float) -> None:
+    summary = {"seconds": round(time.monotonic() - started, 1),
+               "passed": bool(phases) and all(p.passed for p in phases),
+               "phases": [asdict(p) for p in phases]}
+    (out / "gpu_check.json").write_text(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
