@@ -8,6 +8,7 @@ SwarmfabError                 anything swarmfab reports to the user as a clear m
 ├── BuildError                a candidate failed to compile; carries structured diagnostics
 ├── SandboxError              the sandbox itself could not run a job (not the candidate's fault)
 ├── MeasurementError          a trusted implementation (baseline, champion) failed to be timed
+│   └── DeadlineError         ... by the deadline it was given (a run's budget)
 ├── StoreError                the knowledge store cannot be opened, read or written
 ├── ClusterError              the Ray cluster cannot be reached, or lost every evaluator
 ├── ProviderError             an LLM provider call failed (network, rate limit, timeout,
@@ -28,6 +29,7 @@ __all__ = [
     "BuildError",
     "CandidateError",
     "ClusterError",
+    "DeadlineError",
     "Diagnostic",
     "EngineError",
     "GoalError",
@@ -84,6 +86,10 @@ class SandboxError(SwarmfabError):
 
 class MeasurementError(SwarmfabError):
     """A side-by-side measurement of trusted implementations could not be completed."""
+
+
+class DeadlineError(MeasurementError):
+    """A measurement was stopped at the deadline it was given (a run's budget)."""
 
 
 class StoreError(SwarmfabError):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from swarmfab.agents.builtin import RestartAgent, domain_agents
-from swarmfab.errors import GoalError
+from swarmfab.errors import DeadlineError, GoalError
 from swarmfab.evaluation import Evaluator, SideBySide
 from swarmfab.goal import Goal
 from swarmfab.knowledge import Store
@@ -74,6 +74,24 @@ def test_a_budget_the_setup_would_not_fit_is_refused_at_once(tmp_path: Path) -> 
     message = str(refused.value)
     assert "the setup alone would take about" in message and "B1 T2048 H4 K64 V64" in message
     assert "--budget" in message and "fewer or smaller shapes" in message
+
+
+def test_timing_the_baselines_stops_at_the_budgets_end_with_the_reason(tmp_path: Path) -> None:
+    """On a device no estimate is made (fla autotunes at its first call): the setup's
+    baseline timings stop at the budget's end instead of running past it."""
+    goal = _goal(shapes=[{"B": 1, "T": 2048, "H": 4, "K": 64, "V": 64}])
+    setup = _setup(goal, Store(tmp_path / "x.db"), tmp_path, [])
+    setup.evaluator.prepare()  # the references: computed before the budget's end
+    started = time.monotonic()
+    with pytest.raises(DeadlineError) as stopped:
+        setup._calibrate(deadline=started + 0.5)
+    assert time.monotonic() - started < 0.5 + 10  # the jobs' own ending, not their limit
+    message = str(stopped.value)
+    assert message.startswith("the setup did not fit the budget: timing B1 T2048 H4 K64 V64 "
+                              "was stopped at the deadline")
+    assert "give a larger budget" in message
+    with pytest.raises(DeadlineError, match="no time was left to time B1 T2048"):
+        setup._calibrate(deadline=time.monotonic())
 
 
 def test_other_processes_keeping_cores_busy_are_seen() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmfab.backends import Artifact, get_backend
-from swarmfab.errors import BuildError, MeasurementError, SandboxError
+from swarmfab.errors import BuildError, DeadlineError, MeasurementError, SandboxError
 from swarmfab.evaluation import _conductor as conductor
 from swarmfab.evaluation._bound import MEMORY_STREAM, bound_seconds, memory_bound
 from swarmfab.evaluation._cores import CoreBroker, pinned_thread
@@ -66,6 +66,7 @@ __all__ = ["Cancelled", "Evaluator", "EvaluatorRecipe", "SideBySide"]
 
 REGRESSION_EPSILON = 0.02
 SIDE_BY_SIDE_WALL_S = 600.0  # per shape; only trusted or verified implementations
+DEADLINE_SLACK_S = 1.0  # a job ended this close to its deadline was stopped by it
 # what each job's answer may hold beside builtins and tensors, and its well-formedness
 _ANSWERS: dict[Callable[..., Any], tuple[tuple[type, ...], Callable[[Any], bool]]] = {
     run_cases: ((CaseRun,), case_runs),
@@ -246,18 +247,21 @@ class Evaluator:
     def _conduct(
         self, plan: list[tuple[Case, list[Implementation]]], policy: TimingPolicy,
         checked: str | None, cores: tuple[int, ...], wall_s: float = 0.0,
+        deadline: float | None = None,
     ) -> JobOutcome:
         """Time ``plan`` side by side (:mod:`._conductor`), every implementation in a
-        session of its own on ``cores``, at least ``wall_s`` allowed to each; how it
-        ended, as a job's outcome."""
+        session of its own on ``cores``, at least ``wall_s`` allowed to each but none past
+        ``deadline``; how it ended, as a job's outcome."""
         if self._cancel.is_set():
             raise Cancelled("the run is stopping")
         plan, stage = conductor.staged(plan)
 
         def start(implementation: Implementation, cases: list[Case]) -> Session:
             limits = self._limits_for([implementation])
-            limits = dataclasses.replace(limits, cores=cores,
-                                         wall_s=max(limits.wall_s, wall_s))
+            allowed = max(limits.wall_s, wall_s)
+            if deadline is not None:
+                allowed = max(0.1, min(allowed, deadline - time.monotonic()))
+            limits = dataclasses.replace(limits, cores=cores, wall_s=allowed)
             files, links = self._warm_start(limits, cores, {**stage, **self._stage})
             return start_session(serve_implementation, self._job_workload, implementation,
                                  cases, self.threads, self.device, limits=limits,
@@ -366,6 +370,7 @@ class Evaluator:
         policies: Mapping[str, TimingPolicy] | None = None,
         progress: Callable[[int, int, str], None] | None = None,
         only: Mapping[str, Collection[str]] | None = None,
+        deadline: float | None = None,
     ) -> list[SideBySide]:
         """Time several implementations together on every target shape (first = reference).
 
@@ -374,7 +379,9 @@ class Evaluator:
         always is); ``progress(done, total, label)`` is told before each shape starts.
         One job per shape, each allowed at least :data:`SIDE_BY_SIDE_WALL_S`: the policy
         bounds how long timing goes on, and slow baselines on large shapes (a Python loop
-        per token) may need more than one evaluation's limit on a busy machine."""
+        per token) may need more than one evaluation's limit on a busy machine; none
+        beyond ``deadline`` (a ``time.monotonic()`` instant: a run's budget), where a shape
+        not timed by then raises :class:`DeadlineError`."""
         runs = []
         cases = [c for c in self.targets if shapes is None or c.shape.label in shapes]
         for number, case in enumerate(cases):
@@ -385,10 +392,16 @@ class Evaluator:
                 chosen = [impl for number, impl in enumerate(implementations)
                           if number == 0 or impl.name in only[case.shape.label]]
             shape_policy = (policies or {}).get(case.shape.label, policy)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise DeadlineError(f"no time was left to time {case.shape.label}")
             with self.cores.lease(self.threads) as cores:
                 outcome = self._conduct([(case, self._with_stream(case, chosen))], shape_policy,
                                         None, cores,
-                                        wall_s=SIDE_BY_SIDE_WALL_S)
+                                        wall_s=SIDE_BY_SIDE_WALL_S, deadline=deadline)
+            if (outcome.status is JobStatus.TIMED_OUT and deadline is not None
+                    and time.monotonic() >= deadline - DEADLINE_SLACK_S):
+                raise DeadlineError(f"timing {case.shape.label} was stopped at the deadline "
+                                    f"({outcome.detail})")
             if outcome.status is not JobStatus.OK:
                 raise MeasurementError(f"side-by-side benchmark failed on {case.shape.label}: "
                                        f"{outcome.detail}")

@@ -218,7 +218,7 @@ class Run:
     def _prepare(self, setup: Setup) -> list[str]:
         """References, host peaks and the baselines (see :mod:`swarmfab.swarm.setup`);
         the fastest baseline on each shape is the first incumbent."""
-        calibration = self.calibration = setup.run()
+        calibration = self.calibration = setup.run(deadline=self.budget.end)
         self.closing_s = closing_reserve(calibration, calibration.inputs_s)
         for label, name in calibration.fastest.items():
             self.incumbents[label] = Implementation(name, baseline=name)

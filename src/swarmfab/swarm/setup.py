@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from swarmfab.errors import GoalError
+from swarmfab.errors import DeadlineError, GoalError
 from swarmfab.evaluation import Evaluator, Implementation, SideBySide
 from swarmfab.goal import Goal
 from swarmfab.knowledge import Store
@@ -190,11 +190,13 @@ class Setup:
         return seconds
 
     # -- the setup itself ------------------------------------------------------------
-    def run(self) -> Calibration:
-        """References, host peaks, then the baselines: the first incumbent on each shape."""
+    def run(self, deadline: float | None = None) -> Calibration:
+        """References, host peaks, then the baselines: the first incumbent on each shape;
+        timing the baselines stops at ``deadline`` (the budget's end: a first call that
+        compiles or autotunes has no estimate), raising :class:`DeadlineError`."""
         self._references()
         self._peaks()
-        return self._calibrate()
+        return self._calibrate(deadline)
 
     def _references(self) -> None:
         self._phase("computing references")
@@ -212,7 +214,7 @@ class Setup:
                   f"peak, {peaks.bytes_per_s / 1e9:.1f} GB/s memory ({self.goal.threads} threads"
                   f"{', stored' if stored else ''})")
 
-    def _calibrate(self) -> Calibration:
+    def _calibrate(self, deadline: float | None = None) -> Calibration:
         """The baselines' time per call on each shape: stored by an earlier run on this
         host (measured in its closing table, or estimated), else the probe's estimate,
         else timed in sandboxed jobs. The fastest is the first incumbent; baselines that
@@ -241,9 +243,15 @@ class Setup:
                 started[label] = time.monotonic()
                 self._log(f"timing baselines {done + 1}/{total}: {label}")
 
-            tables = self.evaluator.side_by_side(
-                [Implementation(n, baseline=n) for n in self.names], CALIBRATION,
-                shapes=missing, progress=progress)
+            try:
+                tables = self.evaluator.side_by_side(
+                    [Implementation(n, baseline=n) for n in self.names], CALIBRATION,
+                    shapes=missing, progress=progress, deadline=deadline)
+            except DeadlineError as exc:
+                raise DeadlineError(
+                    f"the setup did not fit the budget: {exc}. A baseline's first call may "
+                    "compile or autotune for minutes (fla's kernels on a fresh host); give "
+                    "a larger budget") from exc
             ended = [*(started[t.shape] for t in tables[1:]), time.monotonic()]
             self.remember(tables)
             for table, end in zip(tables, ended, strict=True):
