@@ -64,6 +64,19 @@ def test_the_triton_chunked_kernel_matches_the_float64_reference_in_the_interpre
     assert failed_checks(render_triton(setting), cases, tmp_path) == []
 
 
+@pytest.mark.parametrize(("chunk", "cases"), [(16, [TAIL, GVA, STRONG_DECAY, POOL]),
+                                            (32, [TAIL])])
+def test_the_three_kernel_form_matches_the_float64_reference_in_the_interpreter(
+    tmp_path: Path, chunk: int, cases: list[Case]
+) -> None:
+    """fla's structure: every chunk's W, M and scores at once, the state pass keeping each
+    chunk's starting state and corrected values, every chunk's outputs at once; a partial
+    last chunk (its decay to the end read from its last real token), GVA, K != V, pools."""
+    setting = {**gpu_space().default(), "kernel": "triton-chunked-parallel", "chunk": chunk,
+               "stages": 2}
+    assert failed_checks(render_triton(setting), cases, tmp_path) == []
+
+
 def test_the_triton_recurrent_kernel_matches_the_float64_reference_in_the_interpreter(
     tmp_path: Path,
 ) -> None:
@@ -77,6 +90,7 @@ BF16 = [case.in_dtype("bfloat16") for case in (TAIL, GVA, STRONG_DECAY, POOL)]
 
 @pytest.mark.parametrize(("kernel", "precision"), [("triton-chunked", "ieee"),
                                                    ("triton-chunked", "bf16"),
+                                                   ("triton-chunked-parallel", "bf16"),
                                                    ("triton-recurrent", "ieee")])
 def test_with_bfloat16_inputs_each_kernel_meets_the_bfloat16_tolerance(
     tmp_path: Path, kernel: str, precision: str
@@ -96,11 +110,19 @@ def test_bfloat16_products_fail_a_float32_goal(tmp_path: Path) -> None:
     assert failed and any("rms ratio" in check for check in failed)
 
 
-def test_a_wrong_chunked_kernel_fails_the_interpreter_check(tmp_path: Path) -> None:
-    """The check can fail: the decay to the chunk's end taken from its start is wrong."""
-    source = render_triton(gpu_space().default()).replace(
-        "k_to_end = kc * tl.exp(cum_last[None, :] - cum)", "k_to_end = kc * tl.exp(cum)")
-    failed = failed_checks(source, [TAIL], tmp_path)
+@pytest.mark.parametrize(("kernel", "right", "wrong"), [
+    # the decay to the chunk's end taken from its start
+    ("triton-chunked", "k_to_end = kc * tl.exp(cum_last[None, :] - cum)",
+     "k_to_end = kc * tl.exp(cum)"),
+    # a partial last chunk's decay read past its last real token
+    ("triton-chunked-parallel", "tl.minimum(i_c * C + C - 1, T - 1)", "i_c * C + C - 1"),
+])
+def test_a_wrong_chunked_kernel_fails_the_interpreter_check(
+        tmp_path: Path, kernel: str, right: str, wrong: str) -> None:
+    """The check can fail."""
+    source = render_triton({**gpu_space().default(), "kernel": kernel})
+    assert right in source
+    failed = failed_checks(source.replace(right, wrong), [TAIL], tmp_path)
     assert failed and any("final_state" in check for check in failed)
 
 

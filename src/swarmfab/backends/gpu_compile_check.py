@@ -6,7 +6,8 @@ Triton: each kernel of the Triton template, every chunk size and tensor-core pre
 with float32 inputs and with fla's bfloat16 ones, compiled by ``triton.compile`` for
 ``GPUTarget("cuda", 90, 32)`` down to a cubin.
 ptxas's report (registers, spills, shared memory) is printed for each: spills are the
-cheapest signal of a bad tile before any device time.
+cheapest signal of a bad tile before any device time, and a kernel asking for more shared
+memory than sm_90 gives a block (227 KB) fails here rather than at its launch.
 
 Exit status: 0 when everything compiled; 1 when something failed to compile; 2 when
 nvcc or Triton is missing (the check cannot run: the message says which).
@@ -37,6 +38,7 @@ __all__ = ["Compiled", "cuda_settings", "main", "missing_tools", "triton_setting
 
 TRITON_TARGET = ("cuda", 90, 32)
 PTXAS_ARCH = "sm_90a"
+SM90_SHARED_BYTES = 232_448  # the most shared memory a block may have on sm_90 (227 KB)
 _SHAPE = {"H": 16, "HV": 16, "K": 128, "V": 128}  # fla's head size
 _POINTERS = ("q", "k", "v", "g", "beta", "h0", "o", "ht")
 _GIVEN = ("q", "k", "v", "beta", "o")  # in the goal's dtype; g and the states float32
@@ -78,9 +80,10 @@ def cuda_settings(quick: bool = False) -> Iterator[Setting]:
 
 
 def triton_settings(quick: bool = False) -> Iterator[tuple[Setting, str]]:
-    """(setting, the dtype q, k, v, beta and o come in): both Triton kernels; the chunked
-    one at every chunk size and precision; both again with bfloat16 inputs, the chunked
-    one with bfloat16 products at chunks 16 and 64."""
+    """(setting, the dtype q, k, v, beta and o come in): the Triton kernels; the chunked
+    one at every chunk size and precision; again with bfloat16 inputs, the chunked one
+    with bfloat16 products at chunks 16 and 64; fla's three-kernel form at chunk 64 with
+    float32 and with bfloat16 inputs and products."""
     space = gpu_space()
     base = space.default()
     yield {**base, "kernel": "triton-recurrent"}, "float32"
@@ -94,10 +97,13 @@ def triton_settings(quick: bool = False) -> Iterator[tuple[Setting, str]]:
     yield {**base, "kernel": "triton-recurrent"}, "bfloat16"
     for chunk in (16, 64):
         yield {**base, "chunk": chunk, "dot_precision": "bf16"}, "bfloat16"
+    parallel = {**base, "kernel": "triton-chunked-parallel", "chunk": 64, "stages": 2}
+    yield parallel, "float32"
+    yield {**parallel, "dot_precision": "bf16"}, "bfloat16"
 
 
 def _label(setting: Setting, inputs: str = "") -> str:
-    keys = ("kernel", "chunk", "block_v", "dot_precision", "warps") if str(
+    keys = ("kernel", "chunk", "block_v", "dot_precision", "warps", "stages") if str(
         setting["kernel"]).startswith("triton") else ("kernel", "block_v", "k_split", "state")
     label = " ".join(f"{key}={setting[key]}" for key in keys)
     return f"{label} inputs={inputs}" if inputs else label
@@ -125,14 +131,14 @@ def compile_cuda(setting: Setting, cache: Path) -> Compiled:
 
 
 def compile_triton(setting: Setting, inputs: str, workdir: Path) -> Compiled:
-    """Render, import and compile the setting's kernel for sm_90 (no device needed),
-    q, k, v, beta and o in ``inputs`` (float32 or bfloat16), g and the states float32."""
+    """Render, import and compile the setting's kernels for sm_90 (no device needed),
+    q, k, v, beta and o in ``inputs`` (float32 or bfloat16), g and the rest float32;
+    ptxas's figures are the largest over the kernels."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     started = time.monotonic()
-    chunked = setting["kernel"] == "triton-chunked"
     label = _label(setting, inputs)
     path = workdir / f"kda_triton_{abs(hash(label))}.py"
     path.write_text(render_triton(setting))
@@ -140,32 +146,61 @@ def compile_triton(setting: Setting, inputs: str, workdir: Path) -> Compiled:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    kernel = module.kda_chunked_kernel if chunked else module.kda_recurrent_kernel
-    constants: dict[str, object] = {
-        **_SHAPE, "BK": 128, "BV": int(setting["block_v"]), "HAS_H0": True, "STORE_HT": True,
-    }
-    if chunked:
-        constants.update(C=int(setting["chunk"]), PRECISION=str(setting["dot_precision"]))
     given = "*bf16" if inputs == "bfloat16" else "*fp32"
-    signature = {name: given if name in _GIVEN else "*fp32" for name in _POINTERS}
-    signature |= {"scale": "fp32", "T": "i32"} | dict.fromkeys(constants, "constexpr")
-    try:
-        compiled = triton.compile(ASTSource(kernel, signature, constants),
-                                  target=GPUTarget(*TRITON_TARGET),
-                                  options={"num_warps": int(setting["warps"])})
-    except Exception as exc:  # Triton raises many kinds; all mean "does not compile"
-        return Compiled(label, time.monotonic() - started,
-                        error=f"{type(exc).__name__}: {exc}")
-    ptx = workdir / f"{path.stem}.ptx"
-    ptx.write_text(compiled.asm["ptx"])
-    report = subprocess.run([_triton_ptxas(), f"-arch={PTXAS_ARCH}", "-v", str(ptx), "-o",
-                             "/dev/null"], capture_output=True, text=True, timeout=300)
-    if report.returncode != 0:
-        return Compiled(label, time.monotonic() - started,
-                        error=f"ptxas: {report.stderr.strip()[:300]}")
-    registers, spills, _ = _ptxas_report(report.stderr)
-    return Compiled(label, time.monotonic() - started, registers, spills,
-                    int(compiled.metadata.shared))
+    figures: list[tuple[int | None, int | None, int]] = []
+    for number, (name, pointers, scalars, constants) in enumerate(_triton_kernels(setting)):
+        signature = {p: given if p in _GIVEN else "*fp32" for p in pointers}
+        signature |= scalars | dict.fromkeys(constants, "constexpr")
+        try:
+            compiled = triton.compile(ASTSource(getattr(module, name), signature, constants),
+                                      target=GPUTarget(*TRITON_TARGET),
+                                      options={"num_warps": int(setting["warps"]),
+                                               "num_stages": int(setting["stages"])})
+        except Exception as exc:  # Triton raises many kinds; all mean "does not compile"
+            return Compiled(label, time.monotonic() - started,
+                            error=f"{name}: {type(exc).__name__}: {exc}")
+        ptx = workdir / f"{path.stem}_{number}.ptx"
+        ptx.write_text(compiled.asm["ptx"])
+        report = subprocess.run([_triton_ptxas(), f"-arch={PTXAS_ARCH}", "-v", str(ptx),
+                                 "-o", "/dev/null"], capture_output=True, text=True,
+                                timeout=300)
+        if report.returncode != 0:
+            return Compiled(label, time.monotonic() - started,
+                            error=f"{name}: ptxas: {report.stderr.strip()[:300]}")
+        registers, spills, _ = _ptxas_report(report.stderr)
+        shared = int(compiled.metadata.shared)
+        if shared > SM90_SHARED_BYTES:
+            return Compiled(label, time.monotonic() - started,
+                            error=f"{name}: needs {shared} bytes of shared memory; sm_90 "
+                                  f"gives a block {SM90_SHARED_BYTES}")
+        figures.append((registers, spills, shared))
+    return Compiled(label, time.monotonic() - started,
+                    max((f[0] for f in figures if f[0] is not None), default=None),
+                    max((f[1] for f in figures if f[1] is not None), default=None),
+                    max(f[2] for f in figures))
+
+
+def _triton_kernels(setting: Setting) -> list[tuple[str, tuple[str, ...], dict[str, str],
+                                                    dict[str, object]]]:
+    """(kernel, pointer arguments, scalar arguments, constants) of the setting's kernels."""
+    state = {**_SHAPE, "BK": 128, "BV": int(setting["block_v"])}
+    flags = {"HAS_H0": True, "STORE_HT": True}
+    chunk = {"C": int(setting["chunk"]), "PRECISION": str(setting["dot_precision"])}
+    times = {"scale": "fp32", "T": "i32"}
+    if setting["kernel"] == "triton-recurrent":
+        return [("kda_recurrent_kernel", _POINTERS, times, {**state, **flags})]
+    if setting["kernel"] == "triton-chunked":
+        return [("kda_chunked_kernel", _POINTERS, times, {**state, **flags, **chunk})]
+    heads = {"H": _SHAPE["H"], "HV": _SHAPE["HV"], "K": _SHAPE["K"], "BK": 128}
+    chunks = {"T": "i32", "NT": "i32"}
+    return [
+        ("kda_intra_kernel", ("q", "k", "g", "beta", "cum_out", "w_out", "m_out",
+                              "scores_out"), times, {**heads, **chunk}),
+        ("kda_state_kernel", ("k", "v", "h0", "cum", "w", "m", "states", "corrected", "ht"),
+         chunks, {**state, **chunk, **flags}),
+        ("kda_output_kernel", ("q", "cum", "scores", "states", "corrected", "o"),
+         {"scale": "fp32", **chunks}, {**state, **chunk}),
+    ]
 
 
 def _triton_ptxas() -> str:

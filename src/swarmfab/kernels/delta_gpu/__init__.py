@@ -26,6 +26,7 @@ TRITON_TEMPLATE = "kda_triton.py.tmpl"
 CUDA_TEMPLATE = "kda_recurrent.cu"
 KERNELS = {  # kernel knob value -> (backend, template)
     "triton-chunked": ("triton", TRITON_TEMPLATE),
+    "triton-chunked-parallel": ("triton", TRITON_TEMPLATE),
     "triton-recurrent": ("triton", TRITON_TEMPLATE),
     "cuda-recurrent": ("cuda", CUDA_TEMPLATE),
 }
@@ -38,14 +39,17 @@ def template(name: str) -> str:
 
 def render_triton(setting: Setting) -> str:
     """The Triton template with its knob header (only the knobs its kernel reads)."""
-    chunked = setting["kernel"] == "triton-chunked"
+    algorithm = {"triton-chunked": "chunked", "triton-chunked-parallel": "chunked-parallel"
+                 }.get(str(setting["kernel"]), "recurrent")
+    chunked = algorithm != "recurrent"
     header = [
         "# knobs chosen by swarmfab",
-        f"ALGORITHM = {'chunked' if chunked else 'recurrent'!r}",
+        f"ALGORITHM = {algorithm!r}",
         f"CHUNK = {setting['chunk'] if chunked else 0}",
         f"BLOCK_V = {setting['block_v']}",
         f"DOT_PRECISION = {setting['dot_precision'] if chunked else 'ieee'!r}",
         f"NUM_WARPS = {setting['warps']}",
+        f"NUM_STAGES = {setting['stages']}",
     ]
     return "\n".join(header) + "\n\n" + template(TRITON_TEMPLATE)
 
@@ -85,7 +89,9 @@ def gpu_space(workload: str = "kda") -> DesignSpace:
         backend_for=_backend,
         knobs=(
             Knob("kernel", "algorithm", tuple(KERNELS), "triton-chunked",
-                 help="chunked WY/UT (tensor-core products) or per-token recurrence (decode)"),
+                 help="chunked WY/UT (tensor-core products), one program walking the chunks "
+                      "or fla's three kernels (every chunk's intra-chunk work at once, the "
+                      "state pass, every chunk's outputs at once); per-token recurrence"),
             Knob("chunk", "tiling", (16, 32, 64), 16, ordered=True,
                  help="tokens per chunk of the chunked kernel"),
             Knob("block_v", "tiling", (16, 32, 64, 128), 32, ordered=True,
@@ -95,10 +101,17 @@ def gpu_space(workload: str = "kda") -> DesignSpace:
                       "rounded to bfloat16 (float32 accumulation; for bfloat16 goals)"),
             Knob("warps", "parallelism", (2, 4, 8), 4, ordered=True,
                  help="warps per Triton program"),
+            Knob("stages", "memory", (1, 2, 3), 3, ordered=True,
+                 help="Triton's software pipelining of the kernels' loops (num_stages): "
+                      "deeper hides more load latency and takes more shared memory"),
             Knob("k_split", "parallelism", (1, 2, 4, 8), 4, ordered=True,
                  help="CUDA: lanes sharing one state column (rows split, shuffle-reduced)"),
             Knob("state", "memory", ("registers", "shared"), "registers",
                  help="CUDA: where a block keeps its state tile"),
         ),
         render=_render,
+        # three stages of the state pass's loads take 280 KB of shared memory at chunk 64
+        # (an H200 has 227 KB a block): two
+        starting=(({"kernel": "triton-chunked-parallel", "chunk": 64, "stages": 2},
+                   "fla's structure: only the state pass walks the chunks, at chunk 64"),),
     )
