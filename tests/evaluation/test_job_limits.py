@@ -32,3 +32,15 @@ def test_fla_kernels_compile_with_tritons_ptxas_so_their_jobs_may_start_processe
     assert not _limits(tmp_path, "cuda", "torch-recurrent").allow_processes
     assert not _limits(tmp_path, "cpu", "torch-recurrent", "torch-chunked").allow_processes
     assert _limits(tmp_path, "cpu", "torch-compile").allow_processes
+
+
+def test_fla_kernels_share_one_triton_cache_that_no_other_job_may_write(tmp_path: Path) -> None:
+    """Compiled once per host, not in every session: the cache directory under the build
+    cache is writable to fla's sessions alone (and Triton told to use it)."""
+    alone = _limits(tmp_path, "cuda", "fla-chunk")
+    shared = tmp_path / "cache" / "triton-trusted"
+    assert alone.writable == (str(shared),) and shared.is_dir()
+    assert dict(alone.environment) == {"TRITON_CACHE_DIR": str(shared)}
+    for others in (("fla-chunk", "torch-recurrent"), ("torch-compile",), ("torch-recurrent",)):
+        limits = _limits(tmp_path, "cuda", *others)
+        assert limits.writable == () and limits.environment == ()

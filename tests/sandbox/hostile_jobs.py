@@ -42,6 +42,19 @@ def share_memory(name: str) -> list[str]:
     return sorted(os.listdir("/dev/shm"))
 
 
+def write_where_told(*paths: str) -> list[str]:
+    """Write each path; what each attempt gave, and the variable SWARMFAB_TEST_MARK."""
+    found = []
+    for path in paths:
+        try:
+            with open(path, "w") as handle:
+                handle.write("written")
+            found.append("written")
+        except OSError as exc:
+            found.append(type(exc).__name__)
+    return [*found, os.environ.get("SWARMFAB_TEST_MARK", "unset")]
+
+
 def connect_loopback(port: int) -> str:
     with socket.create_connection(("127.0.0.1", port), timeout=2):
         return "connected"

@@ -59,6 +59,27 @@ def test_a_job_has_shared_memory_of_its_own(tmp_path: Path) -> None:
         host.unlink()
 
 
+def test_a_trusted_job_may_write_a_shared_cache_and_nowhere_else(tmp_path: Path) -> None:
+    """What a trusted baseline's job gets (a compiler cache shared across jobs): that
+    directory writable and a variable set; everything else stays read-only."""
+    if run_job(hostile_jobs.write_outside, str(tmp_path / "probe")).status is JobStatus.OK:
+        pytest.skip("this host allows no mount namespace")
+    shared, other = tmp_path / "shared", tmp_path / "other"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    other.mkdir()
+    limits = Limits(wall_s=30, writable=(str(shared),),
+                    environment=(("SWARMFAB_TEST_MARK", "trusted"),))
+    outcome = run_job(hostile_jobs.write_where_told, str(shared / "kernel"),
+                      str(other / "kernel"), limits=limits)
+    assert outcome.status is JobStatus.OK, outcome.detail
+    assert outcome.value[0] == "written" and outcome.value[1] in ("OSError", "PermissionError")
+    assert outcome.value[2] == "trusted"
+    assert (shared / "kernel").read_text() == "written" and not (other / "kernel").exists()
+    plain = run_job(hostile_jobs.write_where_told, str(shared / "again"), limits=Limits())
+    assert plain.value == ["OSError", "unset"]  # without it, the cache is read-only
+
+
 def test_the_network_is_out_of_reach() -> None:
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]

@@ -67,6 +67,7 @@ __all__ = ["Cancelled", "Evaluator", "EvaluatorRecipe", "SideBySide"]
 REGRESSION_EPSILON = 0.02
 SIDE_BY_SIDE_WALL_S = 600.0  # per shape; only trusted or verified implementations
 DEADLINE_SLACK_S = 1.0  # a job ended this close to its deadline was stopped by it
+TRUSTED_TRITON_CACHE = "triton-trusted"  # under the build cache: fla's compiled kernels
 # what each job's answer may hold beside builtins and tensors, and its well-formedness
 _ANSWERS: dict[Callable[..., Any], tuple[tuple[type, ...], Callable[[Any], bool]]] = {
     run_cases: ((CaseRun,), case_runs),
@@ -234,6 +235,16 @@ class Evaluator:
         if outcome.status is JobStatus.CANCELLED:
             raise Cancelled("the run is stopping")
         return outcome
+
+    def _shared_triton_cache(self, limits: Limits) -> Limits:
+        """Trusted just-in-time baselines (fla's Triton kernels) share one Triton cache
+        across jobs, so a kernel is compiled once per host, not in every session; no
+        candidate can write it (it is read-only to every other job)."""
+        shared = self.cache_dir / TRUSTED_TRITON_CACHE
+        shared.mkdir(parents=True, exist_ok=True)
+        shared.chmod(0o777)  # jobs run as an unprivileged user where they can
+        return dataclasses.replace(limits, writable=(str(shared),),
+                                   environment=(("TRITON_CACHE_DIR", str(shared)),))
 
     def _warm_start(self, limits: Limits, cores: tuple[int, ...], stage: dict[str, Path]
                     ) -> tuple[dict[str, Path], dict[str, Path]]:
@@ -441,6 +452,8 @@ class Evaluator:
                 impl.artifact is not None and get_backend(impl.artifact.backend).needs_processes)
                 for impl in implementations):
             return limits
+        if all(impl.baseline in self.workload.jit_baselines for impl in implementations):
+            limits = self._shared_triton_cache(limits)
         return dataclasses.replace(limits, allow_processes=True,
                                    file_bytes=max(self.limits.file_bytes, 2**31),
                                    wall_s=max(self.limits.wall_s, 600.0))

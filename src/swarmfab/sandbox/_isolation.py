@@ -123,7 +123,8 @@ class _MountAttr(ctypes.Structure):
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 
-def confine_filesystem(workdir: Path, shared_memory: bool = True) -> bool:
+def confine_filesystem(workdir: Path, shared_memory: bool = True,
+                       writable: tuple[Path, ...] = ()) -> bool:
     """Make every mount read-only except ``workdir``, in a private mount namespace, and
     give the job a POSIX shared-memory directory of its own (an empty tmpfs on
     ``/dev/shm``, 256 MiB at most: a CUDA driver and OpenMP runtimes open shared memory
@@ -132,26 +133,28 @@ def confine_filesystem(workdir: Path, shared_memory: bool = True) -> bool:
     Needs root (or a user namespace) and Linux >= 5.12 for mount_setattr; the host's
     mounts are untouched. Returns False, changing nothing visible, where refused.
     ``shared_memory=False`` leaves ``/dev/shm`` read-only like the rest (for
-    :mod:`swarmfab.sandbox.probe`, which tells whether a driver needs it).
+    :mod:`swarmfab.sandbox.probe`, which tells whether a driver needs it). ``writable``
+    directories stay writable too (trusted code's shared caches; never a candidate's).
     """
     number = _SYS_MOUNT_SETATTR.get(os.uname().machine)
     if number is None:
         return False
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
-    target = str(workdir).encode()
 
     def set_attributes(path: bytes, attr: _MountAttr) -> bool:
         size = ctypes.sizeof(attr)
         return bool(libc.syscall(number, _AT_FDCWD, path, _AT_RECURSIVE, ctypes.byref(attr),
                                  size) == 0)
 
+    kept = [str(path).encode() for path in (workdir, *writable)]
     confined = (
         libc.unshare(_CLONE_NEWNS) == 0
         and libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) == 0
-        and libc.mount(target, target, None, _MS_BIND, None) == 0
+        and all(libc.mount(path, path, None, _MS_BIND, None) == 0 for path in kept)
         and set_attributes(b"/", _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0))
-        and set_attributes(target, _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0))
+        and all(set_attributes(path, _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0))
+                for path in kept)
     )
     if confined and shared_memory and os.path.isdir(SHARED_MEMORY):  # best effort
         libc.mount(b"tmpfs", SHARED_MEMORY.encode(), b"tmpfs",

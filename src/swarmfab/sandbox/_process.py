@@ -86,6 +86,10 @@ class Limits:
     # processes; every other isolation stays, and the whole group is killed at the end
     allow_processes: bool = False
     cores: tuple[int, ...] | None = None  # run only on these cores (a lease), if given
+    # for trusted code only (a baseline's compiler cache shared across jobs): directories
+    # the job may write besides its own, and variables set in its environment
+    writable: tuple[str, ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,11 +157,12 @@ def _confine(limits: Limits, workdir: Path, environ: Mapping[str, str]) -> None:
         TRITON_CACHE_DIR=str(workdir / ".cache" / "triton"),
         NUMBA_CACHE_DIR=str(workdir / ".cache" / "numba"),
     )
+    os.environ.update(dict(limits.environment))
     tempfile.tempdir = None  # forget a temporary directory chosen before the job
     _rederive_compiler_config(workdir)
     if limits.isolate:
         isolate_network()
-        confine_filesystem(workdir)
+        confine_filesystem(workdir, writable=tuple(Path(p) for p in limits.writable))
         drop_privileges(workdir, limits.max_processes)
         forbid_processes_and_sockets(allow_processes=limits.allow_processes)
 
