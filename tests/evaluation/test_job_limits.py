@@ -40,7 +40,8 @@ def test_fla_kernels_share_one_triton_cache_that_no_other_job_may_write(tmp_path
     alone = _limits(tmp_path, "cuda", "fla-chunk")
     shared = tmp_path / "cache" / "triton-trusted"
     assert alone.writable == (str(shared),) and shared.is_dir()
-    assert dict(alone.environment) == {"TRITON_CACHE_DIR": str(shared)}
+    assert dict(alone.environment) == {"TRITON_CACHE_DIR": str(shared),
+                                       "TRITON_CACHE_AUTOTUNING": "1"}
     for others in (("fla-chunk", "torch-recurrent"), ("torch-compile",), ("torch-recurrent",)):
         limits = _limits(tmp_path, "cuda", *others)
         assert limits.writable == () and limits.environment == ()

@@ -238,13 +238,15 @@ class Evaluator:
 
     def _shared_triton_cache(self, limits: Limits) -> Limits:
         """Trusted just-in-time baselines (fla's Triton kernels) share one Triton cache
-        across jobs, so a kernel is compiled once per host, not in every session; no
-        candidate can write it (it is read-only to every other job)."""
+        across jobs, so a kernel is compiled, and its autotuning choice made
+        (``TRITON_CACHE_AUTOTUNING``, Triton >= 3.4), once per host, not in every session;
+        no candidate can write it (it is read-only to every other job)."""
         shared = self.cache_dir / TRUSTED_TRITON_CACHE
         shared.mkdir(parents=True, exist_ok=True)
         shared.chmod(0o777)  # jobs run as an unprivileged user where they can
         return dataclasses.replace(limits, writable=(str(shared),),
-                                   environment=(("TRITON_CACHE_DIR", str(shared)),))
+                                   environment=(("TRITON_CACHE_DIR", str(shared)),
+                                                ("TRITON_CACHE_AUTOTUNING", "1")))
 
     def _warm_start(self, limits: Limits, cores: tuple[int, ...], stage: dict[str, Path]
                     ) -> tuple[dict[str, Path], dict[str, Path]]:
