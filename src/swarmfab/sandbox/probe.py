@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
 import os
+import runpy
 import shutil
 import signal
 import socket
@@ -102,11 +102,7 @@ def _checks(workdir: Path, outside: Path, port: int) -> dict[str, str]:
     def triton() -> object:
         path = workdir / "probe_triton_kernel.py"
         path.write_text(_TRITON_KERNEL)
-        spec = importlib.util.spec_from_file_location("probe_triton_kernel", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        assert module.run() == 128.0
+        assert runpy.run_path(str(path))["run"]() == 128.0
         return None
 
     def write_outside() -> None:
