@@ -135,6 +135,9 @@ def bench(
         help="cpu, or cuda: time on the CUDA device (CUDA events, L2 flushed; the "
              "default baselines are then fla's kernels where fla is installed).")] = "cpu",
     dtype: DtypeOption = "float32",
+    backend: Annotated[str | None, typer.Option(
+        help="A candidate file's backend: c, python, numba, torch-compile, cuda or triton "
+             "(default: from the suffix; a .py Triton file needs triton).")] = None,
     workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
     against_itself: Annotated[bool, typer.Option(
         "--against-itself",
@@ -167,7 +170,8 @@ def bench(
     store = Store(db)
     chosen = None
     if candidate is not None:  # a file that is not there is a usage error: say so first
-        chosen = _bench_candidate(store, workload, candidate, run_id, goal.threads, goal.device)
+        chosen = _bench_candidate(store, workload, candidate, run_id, goal.threads, goal.device,
+                                  backend)
     evaluator = evaluator_for(goal, workdir, store, shapes)
     evaluator.peaks = host_peaks(store, goal.threads, evaluator.limits, device=goal.device)
     contenders = []
@@ -237,7 +241,7 @@ def _against_itself(evaluator: Evaluator, candidate: Candidate, workload: str,
 
 
 def _bench_candidate(store: Store, workload: str, which: str, run_id: str | None,
-                     threads: int, device: str = "cpu") -> Any:
+                     threads: int, device: str = "cpu", backend: str | None = None) -> Any:
     from swarmfab.errors import StoreError
     from swarmfab.workloads import design_space
 
@@ -249,7 +253,7 @@ def _bench_candidate(store: Store, workload: str, which: str, run_id: str | None
         if record.champion_id is None:
             raise StoreError(f"run {record.id} has no champion")
         return store.candidate(record.champion_id)
-    return candidate_from_file(workload, Path(which))
+    return candidate_from_file(workload, Path(which), backend)
 
 
 def _side_json(table: Any, dtype: str) -> dict[str, Any]:
