@@ -23,7 +23,7 @@ from swarmfab.errors import BuildError, DeadlineError, MeasurementError, Sandbox
 from swarmfab.evaluation import _conductor as conductor
 from swarmfab.evaluation._bound import MEMORY_STREAM, bound_seconds, memory_bound
 from swarmfab.evaluation._cores import CoreBroker, pinned_thread
-from swarmfab.evaluation._inductor_base import base_cache, linked_headers, staged_base
+from swarmfab.evaluation._limits import job_limits, warm_start
 from swarmfab.evaluation._outcomes import (
     accepted_summary,
     build_failed,
@@ -55,7 +55,6 @@ from swarmfab.sandbox import (
     Limits,
     Session,
     SessionEnded,
-    job_user,
     run_job,
     start_session,
 )
@@ -67,7 +66,6 @@ __all__ = ["Cancelled", "Evaluator", "EvaluatorRecipe", "SideBySide"]
 REGRESSION_EPSILON = 0.02
 SIDE_BY_SIDE_WALL_S = 600.0  # per shape; only trusted or verified implementations
 DEADLINE_SLACK_S = 1.0  # a job ended this close to its deadline was stopped by it
-TRUSTED_TRITON_CACHE = "triton-trusted"  # under the build cache: fla's compiled kernels
 # what each job's answer may hold beside builtins and tensors, and its well-formedness
 _ANSWERS: dict[Callable[..., Any], tuple[tuple[type, ...], Callable[[Any], bool]]] = {
     run_cases: ((CaseRun,), case_runs),
@@ -235,27 +233,6 @@ class Evaluator:
         if outcome.status is JobStatus.CANCELLED:
             raise Cancelled("the run is stopping")
         return outcome
-
-    def _shared_triton_cache(self, limits: Limits) -> Limits:
-        """Trusted just-in-time baselines (fla's Triton kernels) share one Triton cache
-        across jobs, so a kernel is compiled, and its autotuning choice made
-        (``TRITON_CACHE_AUTOTUNING``, Triton >= 3.4), once per host, not in every session;
-        no candidate can write it (it is read-only to every other job)."""
-        shared = self.cache_dir / TRUSTED_TRITON_CACHE
-        shared.mkdir(parents=True, exist_ok=True)
-        shared.chmod(0o777)  # jobs run as an unprivileged user where they can
-        return dataclasses.replace(limits, writable=(str(shared),),
-                                   environment=(("TRITON_CACHE_DIR", str(shared)),
-                                                ("TRITON_CACHE_AUTOTUNING", "1")))
-
-    def _warm_start(self, limits: Limits, cores: tuple[int, ...], stage: dict[str, Path]
-                    ) -> tuple[dict[str, Path], dict[str, Path]]:
-        """``stage`` and the links of a job or session: one that may compile (on a CPU)
-        starts from the warm base cache and links its precompiled headers."""
-        if not (limits.allow_processes and self.device == "cpu"):
-            return stage, {}
-        base = base_cache(self.cache_dir, cores)
-        return {**staged_base(base), **stage}, linked_headers(base, job_user(limits.isolate))
 
     def _conduct(
         self, plan: list[tuple[Case, list[Implementation]]], policy: TimingPolicy,
@@ -441,24 +418,12 @@ class Evaluator:
 
     # -- helpers -------------------------------------------------------------------
     def _limits_for(self, implementations: list[Implementation]) -> Limits:
-        """A baseline or candidate that compiles at first call (torch.compile, Triton
-        kernels such as fla's) needs to start the compiler and write large intermediate
-        files; only such jobs get that.
-        On a CUDA device no address-space limit is set: the driver reserves far more
-        virtual memory than it uses."""
-        limits = self.limits
-        if self.device == "cuda":
-            limits = dataclasses.replace(limits, memory_bytes=None)
-        compiling = self.workload.compiling_baselines | self.workload.jit_baselines
-        if not any(impl.baseline in compiling or (
-                impl.artifact is not None and get_backend(impl.artifact.backend).needs_processes)
-                for impl in implementations):
-            return limits
-        if all(impl.baseline in self.workload.jit_baselines for impl in implementations):
-            limits = self._shared_triton_cache(limits)
-        return dataclasses.replace(limits, allow_processes=True,
-                                   file_bytes=max(self.limits.file_bytes, 2**31),
-                                   wall_s=max(self.limits.wall_s, 600.0))
+        return job_limits(self.limits, self.device, self.workload, self.cache_dir,
+                          implementations)
+
+    def _warm_start(self, limits: Limits, cores: tuple[int, ...], stage: dict[str, Path]
+                    ) -> tuple[dict[str, Path], dict[str, Path]]:
+        return warm_start(limits, self.device, self.cache_dir, cores, stage)
 
     def add_case(self, case: Case) -> None:
         """Grow the corpus: every later verification includes ``case``."""

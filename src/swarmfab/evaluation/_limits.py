@@ -1,0 +1,65 @@
+"""What a job may do, from what runs in it.
+
+Every job gets the evaluator's limits. An implementation that compiles at its first call
+(torch.compile; Triton kernels, a candidate's or fla's) may also start processes (the
+compiler) and write large files; on a CPU such a job starts from the warm Inductor cache.
+fla's sessions, trusted code, share one Triton cache across jobs, writable to them alone.
+On a CUDA device no address-space limit is set: the driver reserves far more virtual
+memory than it uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from swarmfab.backends import get_backend
+from swarmfab.evaluation._inductor_base import base_cache, linked_headers, staged_base
+from swarmfab.evaluation._worker import Implementation
+from swarmfab.sandbox import Limits, job_user
+from swarmfab.workloads import Workload
+
+__all__ = ["TRUSTED_TRITON_CACHE", "job_limits", "warm_start"]
+
+TRUSTED_TRITON_CACHE = "triton-trusted"  # under the build cache: fla's compiled kernels
+COMPILING_WALL_S = 600.0  # a job that compiles at its first call gets at least this
+COMPILING_FILE_BYTES = 2**31
+
+
+def job_limits(base: Limits, device: str, workload: Workload, cache_dir: Path,
+               implementations: list[Implementation]) -> Limits:
+    """The limits of a job (or session) that runs ``implementations``."""
+    limits = dataclasses.replace(base, memory_bytes=None) if device == "cuda" else base
+    compiling = workload.compiling_baselines | workload.jit_baselines
+    if not any(impl.baseline in compiling or (
+            impl.artifact is not None and get_backend(impl.artifact.backend).needs_processes)
+            for impl in implementations):
+        return limits
+    if all(impl.baseline in workload.jit_baselines for impl in implementations):
+        limits = _shared_triton_cache(limits, cache_dir)
+    return dataclasses.replace(limits, allow_processes=True,
+                               file_bytes=max(base.file_bytes, COMPILING_FILE_BYTES),
+                               wall_s=max(base.wall_s, COMPILING_WALL_S))
+
+
+def _shared_triton_cache(limits: Limits, cache_dir: Path) -> Limits:
+    """One Triton cache for trusted just-in-time baselines (fla's kernels), so a kernel is
+    compiled, and its autotuning choice made (``TRITON_CACHE_AUTOTUNING``, Triton >=
+    3.4), once per host rather than in every session; no candidate can write it (it is
+    read-only to every other job)."""
+    shared = cache_dir / TRUSTED_TRITON_CACHE
+    shared.mkdir(parents=True, exist_ok=True)
+    shared.chmod(0o777)  # jobs run as an unprivileged user where they can
+    return dataclasses.replace(limits, writable=(str(shared),),
+                               environment=(("TRITON_CACHE_DIR", str(shared)),
+                                            ("TRITON_CACHE_AUTOTUNING", "1")))
+
+
+def warm_start(limits: Limits, device: str, cache_dir: Path, cores: tuple[int, ...],
+               stage: dict[str, Path]) -> tuple[dict[str, Path], dict[str, Path]]:
+    """``stage`` and the links of a job or session: one that may compile (on a CPU)
+    starts from the warm base cache and links its precompiled headers."""
+    if not (limits.allow_processes and device == "cpu"):
+        return stage, {}
+    base = base_cache(cache_dir, cores)
+    return {**staged_base(base), **stage}, linked_headers(base, job_user(limits.isolate))
