@@ -105,3 +105,11 @@ def test_a_bfloat16_goal_verifies_and_times_the_c_kernel_against_the_baseline(
     assert errors and 1e-4 < max(errors) < 5e-3
     [timing] = verdict.timings
     assert timing.ratio.median < 1  # many times faster than torch's per-token loop
+
+
+def test_a_runs_closing_table_says_its_inputs_were_bfloat16() -> None:
+    from swarmfab.report.console import run_table
+
+    assert str(run_table({"dtype": "bfloat16", "shapes": []}).title).endswith(
+        "(measured side by side, inputs in bfloat16)")
+    assert str(run_table({"shapes": []}).title).endswith("(measured side by side)")

@@ -97,7 +97,9 @@ def policy_table(rows: list[tuple[str, list[int | None], float]], best_s: float,
 
 def run_table(summary: dict[str, Any]) -> Table:
     """The closing table of a run: baselines vs champion with the speedup's CI."""
-    table = Table(title="champion vs PyTorch baselines (measured side by side)",
+    dtype = summary.get("dtype", "float32")
+    inputs = "" if dtype == "float32" else f", inputs in {dtype}"
+    table = Table(title=f"champion vs PyTorch baselines (measured side by side{inputs})",
                   title_justify="left")
     table.add_column("shape")
     table.add_column("fastest baseline")

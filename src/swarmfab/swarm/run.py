@@ -179,6 +179,7 @@ class Run:
             summary = summarise(self.champion, final, champion_dir)
             summary["archive"] = self.archive.summary()
             summary["overhead"] = self.overhead
+            summary["dtype"] = self.goal.dtype
             summary["search"] = {"seconds": self.search_s, "evaluations": self.evaluations,
                                  "workers": self.workers}
             self._close(run_id, status, summary)
@@ -199,8 +200,9 @@ class Run:
         if resume is None:
             run_id = self.store.start_run(self.goal.workload, self.goal.model_dump(mode="json"),
                                           host_record(self.goal.threads, self.space.backend))
+            inputs = "" if self.goal.dtype == "float32" else f", inputs in {self.goal.dtype}"
             self.log(f"run {run_id}: {self.goal.workload}, {len(self.evaluator.targets)} target "
-                     f"shape(s), {self.budget.describe()}, {len(self.agents)} agent(s)")
+                     f"shape(s){inputs}, {self.budget.describe()}, {len(self.agents)} agent(s)")
             return run_id
         record = self.store.run(resume)
         self.store.reopen_run(record.id)
