@@ -124,8 +124,7 @@ def _check(candidate: Path, cases: list[Case]) -> list[str]:
         inputs = kda.make_inputs(case)
         reference = kda.reference(inputs)  # first: a pooled call updates its inputs
         outputs = kda.call(module.forward, inputs)
-        named = kda.output_dtypes(case)
-        dtypes = {name: named.get(name, case.torch_dtype) for name in reference}
+        dtypes = {name: kda.output_dtype(case, name) for name in reference}
         checks = compare_outputs(case.name, outputs, reference,
                                  kda.tolerances(case.torch_dtype), dtypes)
         failed += [str(check) for check in checks if not check.passed]

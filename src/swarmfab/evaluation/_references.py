@@ -110,9 +110,8 @@ class References:
     def _compare(self, case: Case, label: str, outputs: Outputs,
                  reference: Outputs) -> list[CheckResult]:
         """Each output against its reference, in the dtype the workload says it comes
-        back in for ``case`` (the case's own where it names none)."""
-        named = self.workload.output_dtypes(case)
-        dtypes = {name: named.get(name, case.torch_dtype) for name in reference}
+        back in for ``case``."""
+        dtypes = {name: self.workload.output_dtype(case, name) for name in reference}
         return compare_outputs(label, outputs, reference, self.tolerances, dtypes)
 
 

@@ -243,9 +243,9 @@ class Workload(ABC):
         """Draw the inputs of ``case`` deterministically from its seed, in ``dtype``
         (None: the case's own)."""
 
-    def output_dtypes(self, case: Case) -> Mapping[str, torch.dtype]:
-        """The dtype each output must come back in; an output not named: the case's."""
-        return {}
+    def output_dtype(self, case: Case, name: str) -> torch.dtype:
+        """The dtype output ``name`` must come back in for ``case``: the case's own."""
+        return case.torch_dtype
 
     @abstractmethod
     def reference(self, inputs: Inputs) -> Outputs:

@@ -187,9 +187,9 @@ class GatedDeltaRule(Workload):
         o, _ = _invoke(forward, inputs, final_state=False)
         return {"o": o}
 
-    def output_dtypes(self, case: Case) -> dict[str, torch.dtype]:
+    def output_dtype(self, case: Case, name: str) -> torch.dtype:
         """o in the case's dtype (v's), the state in float32 whatever the inputs."""
-        return {"final_state": torch.float32}
+        return torch.float32 if name == "final_state" else case.torch_dtype
 
     def written_in_place(self, inputs: Inputs) -> dict[str, str]:
         return {"final_state": "initial_state"} if "state_indices" in inputs else {}
