@@ -154,12 +154,12 @@ def probe(name: str, steps: list[Step], port: int) -> dict[str, object]:
             os._exit(code)
     os.close(writer)
     deadline = time.monotonic() + CHILD_TIMEOUT_S
-    while time.monotonic() < deadline and os.waitpid(pid, os.WNOHANG) == (0, 0):
-        time.sleep(0.05)
-    else:
-        if time.monotonic() >= deadline:
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() >= deadline:  # a hang: the child goes, its findings with it
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+            break
+        time.sleep(0.05)
     data = b""
     while chunk := os.read(reader, 65536):
         data += chunk

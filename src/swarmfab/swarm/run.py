@@ -442,8 +442,7 @@ class Run:
         """Whether ``candidate`` runs the champion's code on every target shape (a tile
         move on a decode-only goal): the gate could never crown it, so it is not evaluated,
         and it counts as judged for the rest of the run so no agent proposes it again."""
-        same = self._same_code(candidate)
-        if not same or len(same) < len(self.evaluator.targets):
+        if len(self._same_code(candidate)) < len(self.evaluator.targets):
             return False
         self.blackboard.mark_judged({candidate.id})
         self.blackboard.publish("skipped", f"{candidate.id}: runs the champion's code on "
