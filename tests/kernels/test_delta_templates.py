@@ -24,8 +24,14 @@ import torch
 
 from swarmfab.evaluation import Evaluator
 from swarmfab.kernels import DesignSpace, KnobValue
+from swarmfab.kernels import delta as delta_kernels
 from swarmfab.kernels._allocator import glibc_malloc
-from swarmfab.kernels._host import all_isa_names, isa_targets
+from swarmfab.kernels._host import (
+    all_isa_names,
+    isa_targets,
+    narrow_native_vectors,
+    native_vector_bits,
+)
 from swarmfab.records import Status
 from swarmfab.sandbox import Limits
 from swarmfab.verify import draw_cases
@@ -36,7 +42,7 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 CHUNKED: dict[str, KnobValue] = {"algorithm": "chunked"}
 RECURRENT: dict[str, KnobValue] = {"algorithm": "recurrent"}
 VARIANTS: list[tuple[str, dict[str, KnobValue]]] = [
-    ("recurrent-tiles", {**RECURRENT, "parallel": "tiles"}),
+    ("recurrent-tiles-cached", {**RECURRENT, "parallel": "tiles", "output_stores": "cached"}),
     ("recurrent-separate-vmajor-heads", {**RECURRENT, "passes": "separate", "decay": "eager",
                                          "state_layout": "v-major", "tile_v": 16}),
     ("recurrent-serial-fastmath-huge-state-ahead", {**RECURRENT, "parallel": "serial",
@@ -46,8 +52,8 @@ VARIANTS: list[tuple[str, dict[str, KnobValue]]] = [
     ("recurrent-eager-fused-rows4-no-state-ahead", {**RECURRENT, "decay": "eager",
                                                     "passes": "fused", "row_group": 4,
                                                     "state_prefetch": "none"}),
-    ("recurrent-pipelined-rows1", {**RECURRENT, "row_group": 1, "tile_v": 8,
-                                   "token_group": 1}),
+    ("recurrent-pipelined-rows1-cached", {**RECURRENT, "row_group": 1, "tile_v": 8,
+                                          "token_group": 1, "output_stores": "cached"}),
     ("recurrent-groups-of-8-streamed", {**RECURRENT, "token_group": 8, "tile_v": 16,
                                         "output_stores": "streaming"}),
     ("recurrent-groups-of-4-no-prefetch", {**RECURRENT, "token_group": 4, "row_group": 1,
@@ -170,6 +176,41 @@ def test_isa_targets_follow_the_reported_flags() -> None:
     assert [n for n, _ in isa_targets(avx2_only, "x86_64")] == ["sse2", "avx2", "native"]
     assert [n for n, _ in isa_targets(frozenset({"asimd"}), "aarch64")] == ["native"]
     assert all_isa_names() == tuple(names)
+
+
+def test_the_compilers_preferred_vector_width_is_read_from_its_target_help(
+    tmp_path: Path,
+) -> None:
+    gcc = tmp_path / "gcc-like"
+    gcc.write_text("#!/bin/sh\necho '  -mprefer-avx128     \t\t-mprefer-vector-width=128'\n"
+                   "echo '  -mprefer-vector-width=      \t\t256'\n")
+    gcc.chmod(0o755)
+    assert native_vector_bits(str(gcc)) == 256
+    failing = tmp_path / "failing"
+    failing.write_text("#!/bin/sh\necho '  -mprefer-vector-width=  512'\nexit 1\n")
+    failing.chmod(0o755)
+    assert native_vector_bits(str(failing)) is None
+    assert native_vector_bits(str(tmp_path / "absent")) is None
+
+
+def test_native_vectors_are_narrow_only_on_an_avx512_host_tuned_for_less() -> None:
+    avx512 = frozenset({"avx2", "avx512f"})
+    assert narrow_native_vectors(avx512, native_bits=256)
+    assert not narrow_native_vectors(avx512, native_bits=512)
+    assert not narrow_native_vectors(frozenset({"avx2"}), native_bits=256)
+
+
+@pytest.mark.parametrize("narrow", [True, False])
+def test_512_bit_vectors_are_a_starting_point_where_native_code_is_narrower(
+    monkeypatch: pytest.MonkeyPatch, narrow: bool,
+) -> None:
+    v4 = frozenset({"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "avx512f",
+                    "avx512bw", "avx512cd", "avx512dq", "avx512vl"})
+    monkeypatch.setattr(delta_kernels, "isa_targets", lambda: isa_targets(v4, "x86_64"))
+    monkeypatch.setattr(delta_kernels, "narrow_native_vectors", lambda: narrow)
+    moves = [move for move, _ in delta_kernels.delta_space("kda").starting]
+    assert moves[0] == {"algorithm": "recurrent"}
+    assert ({"isa": "native-512"} in moves) is narrow
 
 
 def test_the_isa_matrix_covers_every_target_this_host_offers() -> None:

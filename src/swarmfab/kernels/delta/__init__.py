@@ -23,7 +23,7 @@ import shlex
 from importlib import resources
 
 from swarmfab.kernels._allocator import faults_are_costly, glibc_malloc
-from swarmfab.kernels._host import isa_targets
+from swarmfab.kernels._host import isa_targets, narrow_native_vectors
 from swarmfab.kernels._space import DesignSpace, Knob, KnobValue, Setting
 
 __all__ = ["delta_space"]
@@ -126,15 +126,20 @@ def delta_space(workload: str) -> DesignSpace:
     micro-kernels, -O3 -ffast-math for the host (the verifier judges the accuracy);
     agents search around them. The recurrence's own knobs default to its best-engineered
     form (deferred decay, groups of 4 tokens per pair of sweeps, inputs and the next
-    job's state prefetched), so the single move to that template compares the two
-    algorithms at their best, not at their most naive. At one token per sequence the
-    recurrence updates each state where it lies (``decode=direct``): B256 decode in place
-    ran 1.7x faster so on a 2-core Zen 4, near an in-place scale of the pool.
+    job's state prefetched, outputs streamed past the cache: 1.06-1.15x at prefill on a
+    2-core Zen 4, 1.07-1.4x on a 2-core Xeon), so the single move to that template
+    compares the two algorithms at their best, not at their most naive. At one token per
+    sequence the recurrence updates each state where it lies (``decode=direct``): B256
+    decode in place ran 1.7x faster so on a 2-core Zen 4, near an in-place scale of the
+    pool.
 
-    Where the C library is glibc, ``allocator = retain`` has the kernel's library tell
-    malloc, when it is loaded, to keep freed memory (process-wide, said so in the
-    source): fla's API allocates the outputs on every call, and where fresh pages are
-    costly (:mod:`~swarmfab.kernels._allocator`) that is a starting point.
+    Where the compiler tunes an AVX-512 host for narrower vectors (GCC does on most Intel
+    cores), 512-bit vectors are a starting point
+    (:func:`~swarmfab.kernels._host.narrow_native_vectors`). Where the C library is
+    glibc, ``allocator = retain`` has the kernel's library tell malloc, when it is loaded,
+    to keep freed memory (process-wide, said so in the source): fla's API allocates the
+    outputs on every call, and where fresh pages are costly
+    (:mod:`~swarmfab.kernels._allocator`) that is a starting point.
     """
     isa_values = tuple(name for name, _ in isa_targets())
     allocator: tuple[Knob, ...] = ()
@@ -144,6 +149,9 @@ def delta_space(workload: str) -> DesignSpace:
         # at long prefill too), and one a bandit drawing among every knob's untried arms
         # reaches late in a short run
         ({"algorithm": "recurrent"}, "the per-token recurrence beside the chunked form"),)
+    if "native-512" in isa_values and narrow_native_vectors():
+        starting += (({"isa": "native-512"}, "512-bit vectors: the compiler tunes this "
+                      "AVX-512 host for narrower ones"),)
     if glibc_malloc():
         allocator = (Knob("allocator", "layout", ("system", "retain"), "system",
                           help="process-wide, when the kernel's library is loaded: glibc "
@@ -192,7 +200,7 @@ def delta_space(workload: str) -> DesignSpace:
                  help="recurrence: tile rows are key channels, or value columns"),
             Knob("output_pages", "layout", ("small", "huge"), "small",
                  help="ask the OS for 2 MB pages behind the outputs before writing them"),
-            Knob("output_stores", "layout", ("cached", "streaming"), "cached",
+            Knob("output_stores", "layout", ("cached", "streaming"), "streaming",
                  help="recurrence: write outputs through the cache, or with non-temporal "
                       "stores (not read back, not fetched first)"),
             Knob("input_prefetch", "layout", ("none", "ahead"), "ahead",
