@@ -47,7 +47,9 @@
  *                block's last partial group run token by token. The projection sweeps a
  *                tile in slices of RC_GW columns, as many as the ISA's vector registers
  *                hold partial sums for (the tile's own width with AVX-512 and groups of 4;
- *                half of a 32-column tile on AVX2).
+ *                half of a 32-column tile on AVX2). With RC_PASSES 1 a group's update
+ *                sweep also projects the next group of the block: one load and one store
+ *                per state element and group.
  *   RC_DECODE_DIRECT 1: a call of one token per sequence (decode) updates each state where
  *                it lies, in two sweeps over its rows and no working copy: the first reads
  *                S^T (k d) and S^T (q d) (d the token's decay), the second writes
@@ -432,15 +434,159 @@ group_update(float *restrict S, int64_t K, const int bv, const float *restrict k
     }
 }
 
-/* Tokens g .. g+RC_GROUP-1 of a block over one tile: project, solve, output, update. */
+/* Columns [c0, c0 + cw) of one sweep that applies a group's updates and projects the
+ * next group: row = (row + sum_b ki_b u[b]) (times sc when `scaled`), then acc[b] +=
+ * row kc_b and out[b] += row qc_b for the next group's keys and queries. The two sweeps'
+ * multiply-adds in one: a row is loaded and stored once for both groups. */
 static inline __attribute__((always_inline)) void
+update_project_columns(float *restrict S, int64_t K, const float *restrict ki,
+                       float u[RC_GROUP][RC_BV], const float *restrict kc,
+                       const float *restrict qc, const float *restrict sc, const int scaled,
+                       const int c0, const int cw, float acc[RC_GROUP][RC_BV],
+                       float out[RC_GROUP][RC_BV])
+{
+    float a[RC_GROUP][RC_GW], o[RC_GROUP][RC_GW], us[RC_GROUP][RC_GW];
+    for (int b = 0; b < RC_GROUP; b++)
+        for (int j = 0; j < cw; j++) { a[b][j] = 0.0f; o[b][j] = 0.0f; us[b][j] = u[b][c0 + j]; }
+    for (int64_t i = 0; i < K; i++) {
+        float *restrict row = S + i * RC_BV + c0;
+        float k[RC_GROUP], kn[RC_GROUP], qn[RC_GROUP];
+        RC_UNROLL
+        for (int b = 0; b < RC_GROUP; b++) {
+            k[b] = ki[b * K + i];
+            kn[b] = kc[b * K + i];
+            qn[b] = qc[b * K + i];
+        }
+        const float d = scaled ? sc[i] : 1.0f;
+#pragma omp simd
+        for (int j = 0; j < cw; j++) {
+            float x = row[j];
+            RC_UNROLL
+            for (int b = 0; b < RC_GROUP; b++) x = __builtin_fmaf(k[b], us[b][j], x);
+            if (scaled) x *= d;
+            row[j] = x;
+            RC_UNROLL
+            for (int b = 0; b < RC_GROUP; b++) { a[b][j] += x * kn[b]; o[b][j] += x * qn[b]; }
+        }
+    }
+    for (int b = 0; b < RC_GROUP; b++)
+        for (int j = 0; j < cw; j++) { acc[b][c0 + j] = a[b][j]; out[b][c0 + j] = o[b][j]; }
+}
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* update_project_columns for groups of 4 over 32 columns, written with AVX-512
+ * intrinsics: the 16 partial sums, the row and the 12 broadcast weights take 30 of the 32
+ * vector registers, and the updates' values are read from the cache as operands. Left to
+ * the vectoriser, the values took registers and the weights were spilled (a store each:
+ * slower than two sweeps). */
+static inline __attribute__((always_inline)) void
+update_project_4x32(float *restrict S, int64_t K, const float *restrict ki,
+                    float u[RC_GROUP][RC_BV], const float *restrict kc,
+                    const float *restrict qc, const float *restrict sc, const int scaled,
+                    const int c0, float acc[RC_GROUP][RC_BV], float out[RC_GROUP][RC_BV])
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+           a7 = a0, o0 = a0, o1 = a0, o2 = a0, o3 = a0, o4 = a0, o5 = a0, o6 = a0, o7 = a0;
+    const float *u0 = u[0] + c0, *u1 = u[1] + c0, *u2 = u[2] + c0, *u3 = u[3] + c0;
+    for (int64_t i = 0; i < K; i++) {
+        float *row = S + i * RC_BV + c0;
+        __m512 x = _mm512_loadu_ps(row), y = _mm512_loadu_ps(row + 16);
+        const __m512 k0 = _mm512_set1_ps(ki[i]), k1 = _mm512_set1_ps(ki[K + i]),
+                     k2 = _mm512_set1_ps(ki[2 * K + i]), k3 = _mm512_set1_ps(ki[3 * K + i]);
+        x = _mm512_fmadd_ps(k0, _mm512_loadu_ps(u0), x);
+        y = _mm512_fmadd_ps(k0, _mm512_loadu_ps(u0 + 16), y);
+        x = _mm512_fmadd_ps(k1, _mm512_loadu_ps(u1), x);
+        y = _mm512_fmadd_ps(k1, _mm512_loadu_ps(u1 + 16), y);
+        x = _mm512_fmadd_ps(k2, _mm512_loadu_ps(u2), x);
+        y = _mm512_fmadd_ps(k2, _mm512_loadu_ps(u2 + 16), y);
+        x = _mm512_fmadd_ps(k3, _mm512_loadu_ps(u3), x);
+        y = _mm512_fmadd_ps(k3, _mm512_loadu_ps(u3 + 16), y);
+        if (scaled) {
+            const __m512 d = _mm512_set1_ps(sc[i]);
+            x = _mm512_mul_ps(x, d);
+            y = _mm512_mul_ps(y, d);
+        }
+        _mm512_storeu_ps(row, x);
+        _mm512_storeu_ps(row + 16, y);
+        __m512 w = _mm512_set1_ps(kc[i]);
+        a0 = _mm512_fmadd_ps(x, w, a0); a1 = _mm512_fmadd_ps(y, w, a1);
+        w = _mm512_set1_ps(qc[i]);
+        o0 = _mm512_fmadd_ps(x, w, o0); o1 = _mm512_fmadd_ps(y, w, o1);
+        w = _mm512_set1_ps(kc[K + i]);
+        a2 = _mm512_fmadd_ps(x, w, a2); a3 = _mm512_fmadd_ps(y, w, a3);
+        w = _mm512_set1_ps(qc[K + i]);
+        o2 = _mm512_fmadd_ps(x, w, o2); o3 = _mm512_fmadd_ps(y, w, o3);
+        w = _mm512_set1_ps(kc[2 * K + i]);
+        a4 = _mm512_fmadd_ps(x, w, a4); a5 = _mm512_fmadd_ps(y, w, a5);
+        w = _mm512_set1_ps(qc[2 * K + i]);
+        o4 = _mm512_fmadd_ps(x, w, o4); o5 = _mm512_fmadd_ps(y, w, o5);
+        w = _mm512_set1_ps(kc[3 * K + i]);
+        a6 = _mm512_fmadd_ps(x, w, a6); a7 = _mm512_fmadd_ps(y, w, a7);
+        w = _mm512_set1_ps(qc[3 * K + i]);
+        o6 = _mm512_fmadd_ps(x, w, o6); o7 = _mm512_fmadd_ps(y, w, o7);
+    }
+    _mm512_storeu_ps(acc[0] + c0, a0); _mm512_storeu_ps(acc[0] + c0 + 16, a1);
+    _mm512_storeu_ps(acc[1] + c0, a2); _mm512_storeu_ps(acc[1] + c0 + 16, a3);
+    _mm512_storeu_ps(acc[2] + c0, a4); _mm512_storeu_ps(acc[2] + c0 + 16, a5);
+    _mm512_storeu_ps(acc[3] + c0, a6); _mm512_storeu_ps(acc[3] + c0 + 16, a7);
+    _mm512_storeu_ps(out[0] + c0, o0); _mm512_storeu_ps(out[0] + c0 + 16, o1);
+    _mm512_storeu_ps(out[1] + c0, o2); _mm512_storeu_ps(out[1] + c0 + 16, o3);
+    _mm512_storeu_ps(out[2] + c0, o4); _mm512_storeu_ps(out[2] + c0 + 16, o5);
+    _mm512_storeu_ps(out[3] + c0, o6); _mm512_storeu_ps(out[3] + c0 + 16, o7);
+}
+#define RC_FUSED_4X32 (RC_GROUP == 4 && RC_GW == 32)
+#else
+#define RC_FUSED_4X32 0
+#endif
+
+/* The update of the group at g and the projection of the group at `next` in one sweep
+ * (RC_PASSES 1), RC_GW columns at a time as group_project. */
+static inline __attribute__((always_inline)) void
+group_update_project(float *restrict S, int64_t K, const int bv, const rc_work *w, int g,
+                     float u[RC_GROUP][RC_BV], int next, float acc[RC_GROUP][RC_BV],
+                     float out[RC_GROUP][RC_BV])
+{
+    const float *restrict ki = w->KI + g * K, *restrict sc = w->SC + next * K;
+    const float *restrict kc = w->KC + next * K, *restrict qc = w->QC + next * K;
+    for (int c0 = 0; c0 < bv; c0 += RC_GW) {
+        const int cw = bv - c0 < RC_GW ? bv - c0 : RC_GW;
+#if RC_FUSED_4X32
+        if (cw == RC_GW) {
+            update_project_4x32(S, K, ki, u, kc, qc, sc, w->scaled[next], c0, acc, out);
+            continue;
+        }
+#endif
+        if (cw == RC_GW && w->scaled[next])  /* whole slices: constant trip counts */
+            update_project_columns(S, K, ki, u, kc, qc, sc, 1, c0, RC_GW, acc, out);
+        else if (cw == RC_GW)
+            update_project_columns(S, K, ki, u, kc, qc, sc, 0, c0, RC_GW, acc, out);
+        else
+            update_project_columns(S, K, ki, u, kc, qc, sc, w->scaled[next], c0, cw, acc, out);
+    }
+}
+
+/* Whether the group from block index g renormalises after its first token (it then runs
+ * token by token). */
+static inline int group_renormalises(const rc_work *w, int g)
+{
+    int renormalises = 0;
+    for (int m = 1; m < RC_GROUP; m++) renormalises |= w->scaled[g + m];
+    return renormalises;
+}
+
+/* Tokens g .. g+RC_GROUP-1 of a block (n tokens) over one tile: project (unless the
+ * previous group's sweep did: `projected`), solve, output, update. With RC_PASSES 1 the
+ * update sweep also projects the next group where that group runs whole; returns
+ * whether it did. acc, out and u are the caller's, so a projection outlives its group. */
+static inline __attribute__((always_inline)) int
 run_group(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t hv,
-          int64_t t0, int g, int64_t v0, const int bv, int ahead)
+          int64_t t0, int g, int n, int64_t v0, const int bv, int ahead, int projected,
+          float acc[RC_GROUP][RC_BV], float out[RC_GROUP][RC_BV], float u[RC_GROUP][RC_BV])
 {
     const int64_t K = a->K, V = a->V;
-    float acc[RC_GROUP][RC_BV], out[RC_GROUP][RC_BV], u[RC_GROUP][RC_BV];
     for (int m = 0; m < RC_GROUP; m++) before_token(a, b, hv, t0 + g + m, v0, bv, ahead);
-    group_project(S, K, bv, w, g, acc, out);
+    if (!projected) group_project(S, K, bv, w, g, acc, out);
     RC_UNROLL  /* constant indices: the group's vectors can live in registers */
     for (int m = 0; m < RC_GROUP; m++) {
         const int s = g + m;
@@ -461,7 +607,13 @@ run_group(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t
         }
         store_outputs(a->o + tok * V + v0, out[m], bv);
     }
+    const int next = g + RC_GROUP;
+    if (RC_PASSES == 1 && next + RC_GROUP <= n && !group_renormalises(w, next)) {
+        group_update_project(S, K, bv, w, g, u, next, acc, out);
+        return 1;
+    }
     group_update(S, K, bv, w->KI + g * K, u);
+    return 0;
 }
 #endif
 
@@ -487,11 +639,12 @@ run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t
     float out[RC_BV];
     int s = 0;
 #if RC_GROUP
+    float gacc[RC_GROUP][RC_BV], gout[RC_GROUP][RC_BV], gu[RC_GROUP][RC_BV];
+    int projected = 0;  /* the previous group's sweep projected this one */
     for (; s + RC_GROUP <= n; s += RC_GROUP) {
-        int renormalises = 0;  /* after the group's first token: token by token instead */
-        for (int m = 1; m < RC_GROUP; m++) renormalises |= w->scaled[s + m];
-        if (!renormalises) {
-            run_group(a, w, S, b, hv, t0, s, v0, bv, ahead);
+        if (!group_renormalises(w, s)) {  /* else token by token */
+            projected = run_group(a, w, S, b, hv, t0, s, n, v0, bv, ahead, projected, gacc,
+                                  gout, gu);
             continue;
         }
         for (int m = s; m < s + RC_GROUP; m++) {
