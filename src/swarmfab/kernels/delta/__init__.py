@@ -38,19 +38,39 @@ _OPTIMISATION = {
 }
 _PARALLEL = {"serial": 0, "heads": 1, "tiles": 2}
 _PASSES = {"separate": 4, "fused": 2, "pipelined": 1}
+_OUTPUT_PAGES = {"small": 0, "huge": 1, "populated": 2}
 # what only the recurrence's tiles read: a one-token call with decode=direct never does
 _TILE_KNOBS = frozenset({"passes", "decay", "tile_v", "token_group", "row_group",
                          "state_layout", "output_stores", "input_prefetch"})
 
 
+_ADVISED_BYTES = 2 * 2**20  # common.h: smaller outputs are left as they are (DELTA_HUGE)
+
+
 def _inert(setting: Setting, shape: object) -> frozenset[str]:
     """The knobs a call of ``shape`` never reads under ``setting``: at one token per
     sequence the recurrence with ``decode = direct`` sweeps the states where they lie,
-    and none of its tiles' knobs is read."""
+    and none of its tiles' knobs is read; ``output_pages`` acts on no output under 2 MiB
+    (nor on a pool updated in place)."""
+    inert: frozenset[str] = frozenset()
     one_token = getattr(shape, "T", None) == 1
     if one_token and setting.get("algorithm") == "recurrent" and setting.get("decode") == "direct":
-        return _TILE_KNOBS
-    return frozenset()
+        inert = _TILE_KNOBS
+    if _outputs_unadvised(shape):
+        inert |= {"output_pages"}
+    return inert
+
+
+def _outputs_unadvised(shape: object) -> bool:
+    """Whether every output a call of the delta rule's ``shape`` allocates is under the
+    size the templates advise (float32 o, and the final state unless the pool is updated
+    in place); False for a shape that is not the delta rule's."""
+    try:
+        B, T, HV, K, V = (int(getattr(shape, name)) for name in ("B", "T", "HV", "K", "V"))
+    except (AttributeError, TypeError, ValueError):
+        return False
+    state_bytes = 0 if getattr(shape, "pool", 0) else 4 * B * HV * K * V
+    return max(4 * B * T * HV * V, state_bytes) < _ADVISED_BYTES
 
 
 def _template(name: str) -> str:
@@ -102,7 +122,7 @@ def _render(
     defines = [
         f"#define DELTA_SCALAR_GATE {int(_GATE_IS_SCALAR[workload])}",
         f"#define DELTA_SYMBOL {workload}_forward",
-        f"#define DELTA_HUGE_OUTPUTS {1 if setting['output_pages'] == 'huge' else 0}",
+        f"#define DELTA_OUTPUT_PAGES {_OUTPUT_PAGES[str(setting['output_pages'])]}",
         *(["#define DELTA_RETAIN_FREED_MEMORY 1"] if setting.get("allocator") == "retain"
           else []),
         *knobs,
@@ -137,9 +157,11 @@ def delta_space(workload: str) -> DesignSpace:
     cores), 512-bit vectors are a starting point
     (:func:`~swarmfab.kernels._host.narrow_native_vectors`). Where the C library is
     glibc, ``allocator = retain`` has the kernel's library tell malloc, when it is loaded,
-    to keep freed memory (process-wide, said so in the source): fla's API allocates the
-    outputs on every call, and where fresh pages are costly
-    (:mod:`~swarmfab.kernels._allocator`) that is a starting point.
+    to keep freed memory (process-wide, said so in the source). fla's API allocates the
+    outputs on every call, so where fresh pages are costly
+    (:mod:`~swarmfab.kernels._allocator`) ``output_pages = populated`` (the call maps its
+    outputs' pages first, one madvise per 2 MB: 1.12-1.31x at the 32 MiB outputs on a
+    2-core Xeon) and then ``retain`` are starting points.
     """
     isa_values = tuple(name for name, _ in isa_targets())
     allocator: tuple[Knob, ...] = ()
@@ -152,12 +174,16 @@ def delta_space(workload: str) -> DesignSpace:
     if "native-512" in isa_values and narrow_native_vectors():
         starting += (({"isa": "native-512"}, "512-bit vectors: the compiler tunes this "
                       "AVX-512 host for narrower ones"),)
+    costly = faults_are_costly()
+    if costly:  # first the call's own remedy, then the process-wide one
+        starting += (({"output_pages": "populated"}, "outputs' pages mapped in one call "
+                      "per 2 MB: fresh pages are costly on this host"),)
     if glibc_malloc():
         allocator = (Knob("allocator", "layout", ("system", "retain"), "system",
                           help="process-wide, when the kernel's library is loaded: glibc "
                                "malloc as set, or keeping freed memory (fresh outputs "
                                "then land on pages already mapped)"),)
-        if faults_are_costly():
+        if costly:
             starting += (({"allocator": "retain"}, "outputs on pages already mapped: fresh "
                           "pages are costly on this host"),)
     return DesignSpace(
@@ -198,8 +224,10 @@ def delta_space(workload: str) -> DesignSpace:
                  help="OpenMP schedule of the job loop"),
             Knob("state_layout", "layout", ("k-major", "v-major"), "k-major",
                  help="recurrence: tile rows are key channels, or value columns"),
-            Knob("output_pages", "layout", ("small", "huge"), "small",
-                 help="ask the OS for 2 MB pages behind the outputs before writing them"),
+            Knob("output_pages", "layout", tuple(_OUTPUT_PAGES), "small",
+                 help="outputs' pages faulted in as written, 2 MB pages asked for first, "
+                      "or every page mapped first by the call's threads (no fault per "
+                      "page)"),
             Knob("output_stores", "layout", ("cached", "streaming"), "streaming",
                  help="recurrence: write outputs through the cache, or with non-temporal "
                       "stores (not read back, not fetched first)"),

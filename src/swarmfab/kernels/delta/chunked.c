@@ -305,7 +305,7 @@ static int delta_run(const delta_args *a)
 {
     const int64_t B = a->B, HV = a->HV, K = a->K, V = a->V;
     if (K > 4096) return 1;  /* the anchor row lives on the stack */
-    advise_outputs(a);
+    advise_outputs(a, CH_THREADS);
 #if CH_PARALLEL == 2
     const int64_t tile = CH_VT;
 #else

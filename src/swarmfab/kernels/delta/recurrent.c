@@ -908,7 +908,7 @@ static int decode_run(const delta_args *a)
 static int delta_run(const delta_args *a)
 {
     const int64_t B = a->B, HV = a->HV, K = a->K, V = a->V;
-    advise_outputs(a);
+    advise_outputs(a, RC_PARALLEL ? RC_THREADS : 1);
 #if RC_DECODE_DIRECT
     if (a->T == 1) return decode_run(a);
 #endif
