@@ -42,6 +42,21 @@ def test_each_starting_point_is_proposed_once_over_the_champion(
     assert all(c.agent == "builtin-starting" and len(c.parents) == 1 for c in proposed)
 
 
+def test_the_next_starting_point_waits_for_the_last_ones_verdict(
+        toy_space: DesignSpace) -> None:
+    space = dataclasses.replace(toy_space, starting=(
+        ({"algorithm": "b"}, "the other algorithm"), ({"tile": 64}, "big tiles")))
+    agent = StartingPointsAgent()
+    assert agent.first  # the run asks it before the domain agents
+    (first,) = agent.propose(_context(space, space.default()))
+    busy = dataclasses.replace(_context(space, space.default(), frozenset({first.id})),
+                               in_flight=frozenset({first.id}))
+    assert agent.propose(busy) == []  # in flight: the next move would miss its verdict
+    # crowned meanwhile: the next move is made over the new champion
+    (second,) = agent.propose(_context(space, first.knobs, frozenset({first.id})))
+    assert second.knobs == {**first.knobs, "tile": 64} and second.parents != ()
+
+
 def test_a_starting_point_equal_to_the_champion_is_not_proposed(
         toy_space: DesignSpace) -> None:
     space = dataclasses.replace(toy_space, starting=(({"algorithm": "b"}, "b"),))

@@ -148,3 +148,22 @@ def test_a_move_running_the_champions_code_on_every_target_is_never_evaluated(
     assert (tile.id in run.blackboard.judged()) is skipped
     assert any("runs the champion's code on every target shape" in line
                for line in lines) is skipped
+
+
+def test_an_agent_marked_first_is_asked_before_the_others_take_turns(tmp_path: Path) -> None:
+    goal = Goal.model_validate({"workload": "kda", "budget": "300s", "threads": 1,
+                                "shapes": [{"B": 1, "T": 16, "H": 2, "K": 16, "V": 16}]})
+    space = design_space("kda")
+    champion = {**space.default(), "algorithm": "recurrent"}
+    searched, known = {**champion, "tile_v": 16}, {**champion, "token_group": 2}
+    first = _Proposes(known)
+    first.first = True
+    evaluator = Evaluator(get_workload("kda"), goal.target_shapes(), tmp_path / "cache",
+                          threads=1, tolerances=get_workload("kda").tolerances(torch.float32),
+                          limits=Limits(wall_s=60))
+    run = Run(goal, Store(tmp_path / "x.db"), evaluator, space,
+              [_Proposes(searched), first], tmp_path, log=lambda line: None)
+    run.champion = space.instantiate(champion, threads=1)
+    executor = _Holds(evaluator)
+    run._fill(executor, {}, deadline=time.monotonic() + 60)
+    assert [c.knobs for c in executor.submitted] == [known, searched]

@@ -61,7 +61,13 @@ class Context:
 
 
 class Agent(ABC):
-    """A proposer that owns one domain (``role``) of a design space."""
+    """A proposer that owns one domain (``role``) of a design space.
+
+    ``first``: the run asks this agent before the others, every time, for as long as it
+    proposes (known-good moves measured before any search, as a study runs its enqueued
+    trials first); the others take turns."""
+
+    first: bool = False
 
     def __init__(self, agent_id: str, role: str):
         self.id = agent_id

@@ -10,7 +10,10 @@ agent drawing among a dozen untried arms would reach late in a short run.
 Each starting point is proposed once, over the champion's setting (so a crowned earlier
 move is kept; over the space's default when the champion is code no setting renders,
 such as an LLM's edit), and judged like any candidate: verified, measured against the
-champion, crowned only on the gate's evidence. Then the agent has nothing more to say.
+champion, crowned only on the gate's evidence. The run asks this agent first (``first``),
+and it proposes one move at a time: while its last is being evaluated it waits, so the
+next is made over the champion that verdict leaves (the domain agents fill the other
+slots meanwhile). Then the agent has nothing more to say.
 """
 
 from __future__ import annotations
@@ -24,13 +27,20 @@ __all__ = ["StartingPointsAgent"]
 class StartingPointsAgent(Agent):
     """Proposes each of the space's starting points once, before the domain agents."""
 
+    first = True
+
     def __init__(self, agent_id: str = "builtin-starting"):
         super().__init__(agent_id, "starting points")
+        self._proposed: set[str] = set()
 
     def propose(self, context: Context, limit: int = 1) -> list[Candidate]:
+        if self._proposed & context.in_flight:
+            return []  # the next move waits for the last one's verdict
         base = context.champion_setting()  # the default under a champion with no setting
         parents = (context.champion.id,) if context.champion is not None else ()
         settings = (({**base, **dict(move)}, f"starting point: {why}")
                     for move, why in context.space.starting)
-        return fresh_candidates(context, settings, agent=self.id, parents=parents,
-                                limit=limit)
+        proposed = fresh_candidates(context, settings, agent=self.id, parents=parents,
+                                    limit=1)
+        self._proposed.update(candidate.id for candidate in proposed)
+        return proposed
