@@ -18,7 +18,10 @@ __all__ = ["RecallAgent"]
 
 
 class RecallAgent(Agent):
-    """Proposes earlier champions' settings before the domain agents move."""
+    """Proposes earlier champions' settings before the domain agents move (asked first,
+    ahead of the starting points when it is listed before them)."""
+
+    first = True
 
     def __init__(self, recalled: Sequence[Recalled], agent_id: str = "builtin-recall"):
         super().__init__(agent_id, "memory")
