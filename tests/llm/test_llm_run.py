@@ -22,6 +22,7 @@ from fake_llm import FakeLLM, Hang, Raw, Reply, Status
 
 from swarmfab.knowledge import Store
 from swarmfab.records import Status as Verdicts
+from swarmfab.workloads import design_space
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("gcc") is None,
                                                    reason="needs gcc")]
@@ -79,17 +80,21 @@ def events(store: Store, run_id: str, kind: str) -> list[dict[str, object]]:
 def test_an_llm_edit_becomes_champion_and_a_hostile_one_is_rejected(tmp_path: Path) -> None:
     script = [Status(429, headers={"retry-after": "0"}), Reply(GOOD_EDIT),
               Reply("VERDICT: CLEAN\nonly the OpenMP switch changed"), Reply(HOSTILE_REPLY)]
+    # the LLM agent, the space's starting points one after another (as many as this
+    # host's probes name, and a refused one again over a champion crowned after it),
+    # then six domains, then the LLM agent again: enough evaluations for its second turn
+    evaluations = 9 + 2 * len(design_space("kda").starting)
     with FakeLLM(script, default=Reply("")) as llm:
         run_swarmfab(tmp_path, llm, "llm,builtin",
-                     GOAL.format(budget="300s", evaluations=9, repairs=1, retries=1))
+                     GOAL.format(budget="300s", evaluations=evaluations, repairs=1, retries=1))
     store = Store(tmp_path / "x.db")
     run = store.run(None)
     assert run.status == "finished" and run.goal["agents"] == ["llm", "builtin"]
     rows = {row.candidate_id: (row, verdict) for row, verdict in store.verdicts(run.id)}
     by_llm = [(row, verdict) for row, verdict in rows.values()
               if row.agent == "llm-vectorisation"]
-    # the LLM agent, the space's starting point, then six domains, in turn
-    assert len(by_llm) == 2 and len(rows) == 9
+    # a third turn, if the run had one, got an empty reply: no candidate
+    assert len(by_llm) == 2 and len(rows) == evaluations
     (good_row, good), (bad_row, bad) = by_llm
     assert good.status is Verdicts.ACCEPTED and good_row.became_champion
     assert any(t.comparison == "faster" for t in good.timings)
@@ -100,12 +105,15 @@ def test_an_llm_edit_becomes_champion_and_a_hostile_one_is_rejected(tmp_path: Pa
     reviews = events(store, run.id, "llm-review")
     assert [(r["candidate"], r["opinion"]) for r in reviews] == [(good_row.candidate_id,
                                                                    "clean")]
-    assert len(events(store, run.id, "llm-call")) == 2  # the agent's; the reviewer's below
+    calls = len(events(store, run.id, "llm-call"))  # the agent's; the reviewer's below
+    assert calls >= 2  # the two scripted edits (a third turn: an empty reply, repaired)
     shown = subprocess.run([sys.executable, "-m", "swarmfab", "show", "--json", "--db",
                             str(tmp_path / "x.db")], capture_output=True, text=True, check=True)
     llm_summary = json.loads(shown.stdout)["llm"]
-    assert llm_summary["calls"] == 3 and llm_summary["input_tokens"] == 3 * 1200
-    assert llm_summary["cost_usd"] == pytest.approx(3 * (1200 * 2.0 + 300 * 8.0) / 1e6)
+    assert llm_summary["calls"] == calls + 1 and llm_summary["input_tokens"] == (
+        calls + 1) * 1200
+    assert llm_summary["cost_usd"] == pytest.approx(
+        (calls + 1) * (1200 * 2.0 + 300 * 8.0) / 1e6)
     assert llm_summary["reviews"] == [{"candidate": good_row.candidate_id, "opinion": "clean"}]
 
 

@@ -150,20 +150,24 @@ def test_a_move_running_the_champions_code_on_every_target_is_never_evaluated(
                for line in lines) is skipped
 
 
-def test_an_agent_marked_first_is_asked_before_the_others_take_turns(tmp_path: Path) -> None:
+def test_an_agent_marked_first_keeps_its_turn_while_it_proposes(tmp_path: Path) -> None:
     goal = Goal.model_validate({"workload": "kda", "budget": "300s", "threads": 1,
                                 "shapes": [{"B": 1, "T": 16, "H": 2, "K": 16, "V": 16}]})
     space = design_space("kda")
     champion = {**space.default(), "algorithm": "recurrent"}
-    searched, known = {**champion, "tile_v": 16}, {**champion, "token_group": 2}
-    first = _Proposes(known)
+    moves = [{**champion, "tile_v": tile} for tile in (8, 16, 64, 128, 32)]
+    moves[-1] = {**champion, "token_group": 2}
+    first = _Proposes(moves[1], moves[2])
     first.first = True
     evaluator = Evaluator(get_workload("kda"), goal.target_shapes(), tmp_path / "cache",
                           threads=1, tolerances=get_workload("kda").tolerances(torch.float32),
                           limits=Limits(wall_s=60))
-    run = Run(goal, Store(tmp_path / "x.db"), evaluator, space,
-              [_Proposes(searched), first], tmp_path, log=lambda line: None)
+    agents = [_Proposes(moves[0], moves[4]), first, _Proposes(moves[3])]
+    run = Run(goal, Store(tmp_path / "x.db"), evaluator, space, agents, tmp_path,
+              log=lambda line: None)
     run.champion = space.instantiate(champion, threads=1)
-    executor = _Holds(evaluator)
+    executor = _Holds(evaluator, workers=5)
     run._fill(executor, {}, deadline=time.monotonic() + 60)
-    assert [c.knobs for c in executor.submitted] == [known, searched]
+    # the first agent's two moves one after the other, then the turn goes on
+    assert [c.knobs for c in executor.submitted] == [moves[0], moves[1], moves[2], moves[3],
+                                                     moves[4]]

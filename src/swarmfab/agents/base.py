@@ -63,9 +63,9 @@ class Context:
 class Agent(ABC):
     """A proposer that owns one domain (``role``) of a design space.
 
-    ``first``: the run asks this agent before the others, every time, for as long as it
-    proposes (known-good moves measured before any search, as a study runs its enqueued
-    trials first); the others take turns."""
+    ``first``: when its turn comes, the agent keeps it for as long as it proposes
+    (known-good moves measured one after another before the search goes on, as a study
+    runs its enqueued trials first); the others give the turn on after each proposal."""
 
     first: bool = False
 

@@ -339,28 +339,25 @@ class Run:
         self._observe()
 
     def _next_proposal(self) -> tuple[Agent, Candidate] | None:
-        """Ask the agents marked ``first``, then the others in turn (skipping benched
-        ones), each with its island's parents; the fallback when all are dry or the
-        supervisor asked for exploration."""
+        """Ask agents in turn (skipping benched ones; one marked ``first`` keeps the turn
+        while it proposes), each with its island's parents; the fallback when all are dry
+        or the supervisor asked for exploration."""
         if self._explore_turns > 0 and self.fallback is not None:
             self._explore_turns -= 1
             found = self._ask(self.fallback, self._context())
             if found:
                 return self.fallback, found[0]
-        for agent in self.agents:  # known-good moves before any search
-            if agent.first and not self._benched.get(agent.id, 0):
-                found = self._ask(agent, self._context(agent))
-                if found:
-                    return agent, found[0]
         for _ in range(len(self.agents)):
             agent = self.agents[self._turn % len(self.agents)]
-            self._turn += 1
             if self._benched.get(agent.id, 0) > 0:
                 self._benched[agent.id] -= 1
+                self._turn += 1
                 continue
             found = self._ask(agent, self._context(agent))
             if found:
+                self._turn += not agent.first  # a first agent keeps the turn
                 return agent, found[0]
+            self._turn += 1
         if self.fallback is None:
             return None
         found = self._ask(self.fallback, self._context())

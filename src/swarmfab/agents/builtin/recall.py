@@ -18,8 +18,8 @@ __all__ = ["RecallAgent"]
 
 
 class RecallAgent(Agent):
-    """Proposes earlier champions' settings before the domain agents move (asked first,
-    ahead of the starting points when it is listed before them)."""
+    """Proposes earlier champions' settings before the domain agents move (it keeps its
+    turn while it has any)."""
 
     first = True
 

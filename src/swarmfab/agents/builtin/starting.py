@@ -10,10 +10,10 @@ agent drawing among a dozen untried arms would reach late in a short run.
 Each starting point is proposed once, over the champion's setting (so a crowned earlier
 move is kept; over the space's default when the champion is code no setting renders,
 such as an LLM's edit), and judged like any candidate: verified, measured against the
-champion, crowned only on the gate's evidence. The run asks this agent first (``first``),
-and it proposes one move at a time: while its last is being evaluated it waits, so the
-next is made over the champion that verdict leaves (the domain agents fill the other
-slots meanwhile). Then the agent has nothing more to say.
+champion, crowned only on the gate's evidence. The agent keeps its turn while it
+proposes (``first``), one move at a time: while its last is being evaluated it passes,
+so the next is made over the champion that verdict leaves (the domain agents fill the
+other slots meanwhile). Then the agent has nothing more to say.
 """
 
 from __future__ import annotations
