@@ -354,10 +354,9 @@ class Run:
                 self._turn += 1
                 continue
             found = self._ask(agent, self._context(agent))
+            self._turn += not (found and agent.first)  # a first agent keeps it to propose
             if found:
-                self._turn += not agent.first  # a first agent keeps the turn
                 return agent, found[0]
-            self._turn += 1
         if self.fallback is None:
             return None
         found = self._ask(self.fallback, self._context())

@@ -129,13 +129,12 @@ static inline void delta_interior(void *buffer, size_t bytes, uintptr_t page,
 static void advise_buffer(void *buffer, size_t bytes, int threads)
 {
     if (bytes < DELTA_HUGE) return;  /* malloc's heap: mapped once, then reused */
+    uintptr_t first, last;
 #if DELTA_OUTPUT_PAGES == 1
     (void)threads;
-    uintptr_t first, last;
     delta_interior(buffer, bytes, DELTA_HUGE, &first, &last);
     if (last > first) (void)madvise((void *)first, last - first, MADV_HUGEPAGE);
 #else
-    uintptr_t first, last;
     delta_interior(buffer, bytes, 4096, &first, &last);
     if (last <= first) return;
     const int64_t pieces = (int64_t)((last - first + DELTA_HUGE - 1) / DELTA_HUGE);
