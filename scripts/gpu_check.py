@@ -4,6 +4,9 @@
 Phases, each printed with the time elapsed before it starts and its own limit:
 
   environment    the device, the driver and the versions
+  (fla warm-up   starts here, beside the phases that time nothing: fla's kernels compile
+                 and autotune once, on every shape and dtype the check times, into the
+                 Triton cache fla's sessions share; the smoke phase waits for it)
   sandbox        python -m swarmfab.sandbox.probe: each isolation step with CUDA and Triton
   smoke          a Triton and a CUDA candidate verified on the device, the Triton one (the
                  space's default) timed against fla's chunk_kda on one shape (the
@@ -14,7 +17,9 @@ Phases, each printed with the time elapsed before it starts and its own limit:
   fla float32    its champion against fla on fla's benchmark shapes and decode
   fla bfloat16   the same with bfloat16 inputs, as fla's users call it
 
-A phase past its limit is a hang: every process it started gets SIGABRT, on which Python
+The whole check has a limit too (--total, 300 s by default): a phase gets what is left
+of it when its own limit is longer, and one that would get nothing is not run ("no time
+left"). A phase past its limit is a hang: every process it started gets SIGABRT, on which Python
 prints every thread's stack (PYTHONFAULTHANDLER), so the log names the line it hung on;
 then SIGKILL. Each phase's output goes to --out/<phase>.log, the tables' JSON beside it,
 and a summary to --out/gpu_check.json. Exit 0 when every phase passed, 1 when one failed,
@@ -37,12 +42,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from swarmfab.evaluation._limits import TRUSTED_TRITON_CACHE
+
 PYTHON = sys.executable
 DUMP_GRACE_S = 5.0  # after SIGABRT, time for the stacks to be written
 FLA_SHAPES = ("1,8192,96,128,128", "2,16384,16,128,128", "4,2048,16,128,128",
               "4,4096,64,128,128", "8,1024,8,64,64", "64,1,16,128,128+h0")
 BF16_SHAPES = ("1,8192,96,128,128", "4,2048,16,128,128", "64,1,16,128,128+h0")
 SMOKE_SHAPE = "2,1024,16,128,128"
+MIN_PHASE_S = 10.0  # a phase that would get less of the check's limit is not run
 GOAL = """workload = "kda"
 device = "cuda"
 budget = "{budget}"
@@ -58,7 +66,7 @@ shapes = [
 @dataclass
 class Phase:
     name: str
-    status: str  # passed, failed, timed out
+    status: str  # passed, failed, timed out, no time left
     seconds: float
     limit_s: float
     returncode: int | None
@@ -169,6 +177,39 @@ def _render(work: Path) -> tuple[Path, Path]:
     return paths[0], paths[1]
 
 
+def _warm_fla(cache: Path, dtypes: tuple[str, ...]) -> list[str]:
+    """A command that calls each fla baseline once on every shape the check times, in
+    ``dtypes``, with the Triton cache and autotuning results of fla's sessions."""
+    return [PYTHON, __file__, "--warm-fla", str(cache), *dtypes]
+
+
+def _warm_fla_here(cache: Path, dtypes: list[str]) -> int:
+    """The warm-up itself (``--warm-fla``), each call printed with its time."""
+    os.environ.update(TRITON_CACHE_DIR=str(cache), TRITON_CACHE_AUTOTUNING="1")
+    os.umask(0)  # sandboxed sessions run as an unprivileged user where they can, and
+    cache.mkdir(parents=True, exist_ok=True)  # add their own kernels to the cache
+    import torch
+
+    from swarmfab._cli_common import parse_shape
+    from swarmfab.workloads import get_workload
+    from swarmfab.workloads._base import Case
+
+    workload = get_workload("kda")
+    baselines = {name: forward for name, forward in workload.baselines().items()
+                 if name.startswith("fla-")}
+    for dtype in dtypes:
+        for text in dict.fromkeys((SMOKE_SHAPE, *FLA_SHAPES)):
+            case = Case(f"warm-up {text}", parse_shape(text), dtype=dtype)
+            inputs = {name: value.cuda() if isinstance(value, torch.Tensor) else value
+                      for name, value in workload.make_inputs(case).items()}
+            for name, forward in baselines.items():
+                began = time.monotonic()
+                workload.call(forward, inputs)
+                torch.cuda.synchronize()
+                print(f"{name} {text} {dtype}: {time.monotonic() - began:.1f} s", flush=True)
+    return 0
+
+
 def _fla() -> list[str]:
     try:
         import fla.ops.kda  # noqa: F401
@@ -194,17 +235,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-check")))
     parser.add_argument("--work", type=Path, default=Path("/tmp/swarmfab-gpu-check"))
     parser.add_argument("--swarm-budget", default="75s")
+    parser.add_argument("--total", type=float, default=300.0,
+                        help="the whole check's limit in seconds")
     parser.add_argument("--show-table", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--warm-fla", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.show_table is not None:
         return _show_table(args.show_table)
+    if args.warm_fla:
+        return _warm_fla_here(Path(args.warm_fla[0]), args.warm_fla[1:])
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     phases: list[Phase] = []
 
     def phase(name: str, commands: list[list[str]], limit_s: float) -> bool:
-        phases.append(run_phase(name, commands, limit_s, args.out, started=started))
+        left = args.total - (time.monotonic() - started)
+        if left < MIN_PHASE_S:
+            print(f"\n== {name}: not run, {max(left, 0):.0f} s of the check's {args.total:.0f} "
+                  "s limit left", flush=True)
+            phases.append(Phase(name, "no time left", 0.0, 0.0, None, ""))
+        else:
+            phases.append(run_phase(name, commands, min(limit_s, left), args.out,
+                                    started=started))
         _write_summary(args.out, phases, started)
         return phases[-1].passed
 
@@ -221,15 +274,28 @@ def main(argv: list[str] | None = None) -> int:
     if not phase("environment", [["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                                   "--format=csv,noheader"], [PYTHON, "-c", versions]], 60):
         return 2
-    phase("sandbox", [[PYTHON, "-m", "swarmfab.sandbox.probe"]], 90)
     store = ["--db", str(args.work / "runs.db"), "--workdir", str(args.work / "wd")]
-    triton_file, cuda_file = _render(args.work)
     fla = _fla()
-    phase("smoke", [_swarmfab("verify", "kda", str(triton_file), "--backend", "triton",
-                              "--fuzz", "2", *store),
-                    _swarmfab("verify", "kda", str(cuda_file), "--fuzz", "2", *store),
-                    *_bench(store, "float32", (SMOKE_SHAPE,), fla[:2], "default",
-                            args.out / "smoke_table.json")], 120)
+    warm_up = None
+    if fla:  # beside the phases that time nothing, so no timed step compiles fla
+        cache = args.work / "wd" / "cache" / TRUSTED_TRITON_CACHE
+        dtypes = ("float32",) if args.smoke else ("float32", "bfloat16")
+        warm_up = threading.Thread(target=lambda: phases.append(run_phase(
+            "fla warm-up", [_warm_fla(cache, dtypes)], args.total, args.out,
+            started=started)), daemon=True)
+        warm_up.start()
+    phase("sandbox", [[PYTHON, "-m", "swarmfab.sandbox.probe"]], 90)
+    triton_file, cuda_file = _render(args.work)
+    phase("smoke verify", [_swarmfab("verify", "kda", str(triton_file), "--backend", "triton",
+                                     "--fuzz", "2", *store),
+                           _swarmfab("verify", "kda", str(cuda_file), "--fuzz", "2", *store)],
+          90)
+    if warm_up is not None:
+        print(f"\n(waiting for the fla warm-up: {time.monotonic() - started:.0f} s elapsed)",
+              flush=True)
+        warm_up.join(timeout=max(0.0, args.total - (time.monotonic() - started)))
+    phase("smoke bench", _bench(store, "float32", (SMOKE_SHAPE,), fla[:2], "default",
+                                args.out / "smoke_table.json"), 90)
     if not args.smoke:
         phase("tests", [[PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                          "tests/kernels/test_delta_gpu.py", "tests/backends/test_gpu.py",

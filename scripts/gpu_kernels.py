@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""GPU-space settings against fla on the device itself, outside the sandbox and the store:
+``python scripts/gpu_kernels.py [--dtype bfloat16] [--setting kernel=...,chunk=64 ...]``.
+
+A developer's measurement, for choosing what the space starts from and searching it on a
+short device lease; `swarmfab bench` and the verifier remain what a result is quoted
+from. Each setting is built by its real backend and called through the workload, on
+inputs drawn as the verifier draws them. For each shape it prints the median of
+``triton.testing.do_bench`` (CUDA events, warm-up first) for fla's two kernels and each
+setting, each setting's time over fla's better one, and the relative L2 distance of its
+o from fla's chunked o (a sanity check, not the verifier: float32 products land near
+1e-6, TF32 near 1e-3, bfloat16 near 1e-2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from swarmfab._cli_common import parse_shape
+from swarmfab.backends import get_backend
+from swarmfab.kernels.delta_gpu import gpu_space
+from swarmfab.workloads import get_workload
+from swarmfab.workloads._base import Case
+
+PREFILL = ("1,8192,96,128,128", "4,2048,16,128,128", "2,16384,16,128,128")
+DECODE = ("64,1,16,128,128+h0",)
+SETTINGS = (  # knobs over the space's default; the decode kernels time decode only
+    "kernel=triton-chunked",
+    "kernel=triton-chunked-parallel,chunk=64,stages=2",
+    "kernel=triton-chunked-parallel,chunk=64,stages=2,dot_precision=tf32",
+    "kernel=triton-chunked-parallel,chunk=64,stages=2,dot_precision=bf16",
+    "kernel=triton-chunked-parallel,chunk=32,stages=2,dot_precision=tf32",
+    "kernel=triton-chunked-parallel,chunk=64,stages=2,block_v=64,dot_precision=tf32",
+    "kernel=triton-recurrent",
+    "kernel=cuda-recurrent",
+)
+RECURRENT = ("triton-recurrent", "cuda-recurrent")
+
+
+def parse_setting(text: str, default: dict[str, object]) -> dict[str, object]:
+    setting = dict(default)
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        setting[name] = int(value) if value.isdigit() else value
+    return setting
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument("--shape", action="append", help="B,T,H,K,V[+h0] (repeatable)")
+    parser.add_argument("--setting", action="append", help="knob=value,... (repeatable)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/swarmfab-gpu-kernels"))
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA device: this script times kernels on a GPU", file=sys.stderr)
+        return 2
+    import triton.testing
+
+    workload, space = get_workload("kda"), gpu_space()
+    args.work.mkdir(parents=True, exist_ok=True)
+    fla_cache = os.environ.get("TRITON_CACHE_DIR")
+    forwards = {}
+    for text in args.setting or SETTINGS:
+        setting = parse_setting(text, space.default())
+        if args.dtype == "float32" and setting["dot_precision"] == "bf16":
+            continue
+        candidate = space.instantiate(setting, threads=1)
+        backend = get_backend(candidate.backend)
+        os.chdir(args.work)  # the Triton backend caches under the working directory
+        forwards[text] = backend.load(backend.build(candidate, args.work / "cache"),
+                                      workload, fill_outputs=False)
+    if fla_cache:  # fla's kernels from the cache their warm-up filled
+        os.environ["TRITON_CACHE_DIR"] = fla_cache
+    fla = {name: forward for name, forward in workload.baselines().items()
+           if name.startswith("fla-")}
+    rows = []
+    for text in args.shape or (*PREFILL, *DECODE):
+        case = Case(f"gpu-kernels {text}", parse_shape(text), dtype=args.dtype)
+        inputs = {name: value.cuda() if isinstance(value, torch.Tensor) else value
+                  for name, value in workload.make_inputs(case).items()}
+        decode = case.shape.T == 1
+        print(f"\n{text} {args.dtype}", flush=True)
+        reference = None
+        row: dict[str, object] = {"shape": text, "dtype": args.dtype, "ms": {}, "error": {}}
+        implementations = {**fla, **{name: forward for name, forward in forwards.items()
+                                     if decode or not any(r in name for r in RECURRENT)}}
+        for name, forward in implementations.items():
+            began = time.monotonic()
+            try:
+                out = workload.call(forward, inputs)["o"].float()
+                torch.cuda.synchronize()
+                if reference is None:
+                    reference = out
+                error = float((out - reference).norm() / reference.norm())
+                ms = triton.testing.do_bench(lambda f=forward, i=inputs: workload.call(f, i),
+                                             warmup=25, rep=100, return_mode="median")
+            except Exception as exc:  # a setting that fails is a finding
+                print(f"  {name:<72} failed: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            row["ms"][name], row["error"][name] = ms, error  # type: ignore[index]
+            print(f"  {name:<72} {ms:9.3f} ms  err {error:.1e}  "
+                  f"({time.monotonic() - began:.1f} s)", flush=True)
+        best_fla = min((row["ms"][n] for n in fla if n in row["ms"]), default=None)  # type: ignore[index,operator]
+        if best_fla:
+            for name, ms in row["ms"].items():  # type: ignore[attr-defined]
+                print(f"  {name:<72} {best_fla / ms:6.2f}x fla's best")
+        rows.append(row)
+    if args.json:
+        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(),
+                                         "torch": torch.__version__, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
