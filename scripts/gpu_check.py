@@ -12,10 +12,10 @@ Phases, each printed with the time elapsed before it starts and its own limit:
                  space's default) timed against fla's chunk_kda on one shape (the
                  default baselines without fla)
   (--smoke ends here: about a minute)
-  tests          the GPU test files
   swarm          a short run with device = "cuda"
   fla float32    its champion against fla on fla's benchmark shapes and decode
   fla bfloat16   the same with bfloat16 inputs, as fla's users call it
+  tests          the GPU test files
 
 The whole check has a limit too (--total, 300 s by default): a phase gets what is left
 of it when its own limit is longer, and one that would get nothing is not run ("no time
@@ -297,10 +297,6 @@ def main(argv: list[str] | None = None) -> int:
     phase("smoke bench", _bench(store, "float32", (SMOKE_SHAPE,), fla[:2], "default",
                                 args.out / "smoke_table.json"), 90)
     if not args.smoke:
-        phase("tests", [[PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                         "tests/kernels/test_delta_gpu.py", "tests/backends/test_gpu.py",
-                         "tests/measure/test_gpu_timing.py", "tests/verify/test_gpu_probes.py"]],
-              150)
         goal = args.work / "goal.toml"
         goal.write_text(GOAL.format(budget=args.swarm_budget))
         phase("swarm", [_swarmfab("run", str(goal), *store)], 150)
@@ -308,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
                                     args.out / "fla_float32.json"), 180)
         phase("fla bfloat16", _bench(store, "bfloat16", BF16_SHAPES, fla, "champion",
                                      args.out / "fla_bfloat16.json"), 150)
+        phase("tests", [[PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                         "tests/kernels/test_delta_gpu.py", "tests/backends/test_gpu.py",
+                         "tests/measure/test_gpu_timing.py", "tests/verify/test_gpu_probes.py"]],
+              150)
     _write_summary(args.out, phases, started)
     print(f"\n{sum(p.passed for p in phases)}/{len(phases)} phases passed in "
           f"{time.monotonic() - started:.0f} s; summary: {args.out / 'gpu_check.json'}")

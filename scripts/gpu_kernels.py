@@ -29,7 +29,7 @@ from swarmfab.kernels.delta_gpu import gpu_space
 from swarmfab.workloads import get_workload
 from swarmfab.workloads._base import Case
 
-PREFILL = ("1,8192,96,128,128", "4,2048,16,128,128", "2,16384,16,128,128")
+PREFILL = ("1,8192,96,128,128", "4,2048,16,128,128")
 DECODE = ("64,1,16,128,128+h0",)
 SETTINGS = (  # knobs over the space's default; the decode kernels time decode only
     "kernel=triton-chunked",
