@@ -57,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--shape", action="append", help="B,T,H,K,V[+h0] (repeatable)")
     parser.add_argument("--setting", action="append", help="knob=value,... (repeatable)")
+    parser.add_argument("--fla", action="append",
+                        choices=("fla-chunk", "fla-fused-recurrent", "none"),
+                        help="fla's kernels to time (default both; none: neither, for a "
+                             "sweep that skips fla's first-call autotuning)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/swarmfab-gpu-kernels"))
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args(argv)
@@ -80,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
                                       workload, fill_outputs=False)
     if fla_cache:  # fla's kernels from the cache their warm-up filled
         os.environ["TRITON_CACHE_DIR"] = fla_cache
+    wanted = args.fla or ["fla-chunk", "fla-fused-recurrent"]
     fla = {name: forward for name, forward in workload.baselines().items()
-           if name.startswith("fla-")}
+           if name in wanted}
     rows = []
     for text in args.shape or (*PREFILL, *DECODE):
         case = Case(f"gpu-kernels {text}", parse_shape(text), dtype=args.dtype)
@@ -109,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             row["ms"][name], row["error"][name] = ms, error  # type: ignore[index]
             print(f"  {name:<72} {ms:9.3f} ms  err {error:.1e}  "
                   f"({time.monotonic() - began:.1f} s)", flush=True)
-        best_fla = min((row["ms"][n] for n in fla if n in row["ms"]), default=None)  # type: ignore[index,operator]
+        best_fla = min((row["ms"][n] for n in fla if n in row["ms"]), default=None)
+        row["reference"] = next(iter(row["ms"]), None)  # type: ignore[call-overload]  # type: ignore[index,operator]
         if best_fla:
             for name, ms in row["ms"].items():  # type: ignore[attr-defined]
                 print(f"  {name:<72} {best_fla / ms:6.2f}x fla's best")

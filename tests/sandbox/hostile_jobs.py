@@ -55,6 +55,11 @@ def write_where_told(*paths: str) -> list[str]:
     return [*found, os.environ.get("SWARMFAB_TEST_MARK", "unset")]
 
 
+def read_only(*paths: str) -> dict[str, bool]:
+    """Whether each path lies on a read-only mount, as the job sees it."""
+    return {path: bool(os.statvfs(path).f_flag & os.ST_RDONLY) for path in paths}
+
+
 def connect_loopback(port: int) -> str:
     with socket.create_connection(("127.0.0.1", port), timeout=2):
         return "connected"

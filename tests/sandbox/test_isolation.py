@@ -11,7 +11,11 @@ import hostile_jobs
 import pytest
 
 from swarmfab.sandbox import JobStatus, Limits, _process, run_job
-from swarmfab.sandbox._isolation import can_read, forbid_processes_and_sockets
+from swarmfab.sandbox._isolation import (
+    PROC_TUNABLES,
+    can_read,
+    forbid_processes_and_sockets,
+)
 
 
 def _has_seccomp() -> bool:
@@ -57,6 +61,25 @@ def test_a_job_has_shared_memory_of_its_own(tmp_path: Path) -> None:
         assert not (Path("/dev/shm") / f"swarmfab-test-job-{os.getpid()}").exists()
     finally:
         host.unlink()
+
+
+def test_a_cuda_job_keeps_proc_writable_and_the_kernel_settings_read_only(
+        tmp_path: Path) -> None:
+    """A GPU driver writes /proc (on an H200 a read-only /proc alone stopped CUDA): a
+    CUDA job's /proc is writable, the kernel's settings in it are not, and the rest of
+    the file system stays read-only; a CPU job's /proc is read-only like the rest."""
+    if run_job(hostile_jobs.write_outside, str(tmp_path / "probe")).status is JobStatus.OK:
+        pytest.skip("this host allows no mount namespace")
+    tunables = [path for path in PROC_TUNABLES if Path(path).exists()]
+    paths = ("/proc", *tunables, str(tmp_path))
+    cuda = run_job(hostile_jobs.read_only, *paths, limits=Limits(wall_s=30).for_device("cuda"))
+    assert cuda.status is JobStatus.OK, cuda.detail
+    assert cuda.value == {"/proc": False, **dict.fromkeys(tunables, True), str(tmp_path): True}
+    cpu = run_job(hostile_jobs.read_only, *paths, limits=Limits(wall_s=30))
+    assert cpu.value == dict.fromkeys(paths, True)
+    escaped = run_job(hostile_jobs.write_outside, str(tmp_path / "escaped"),
+                      limits=Limits(wall_s=30).for_device("cuda"))
+    assert escaped.status is JobStatus.ERROR and not (tmp_path / "escaped").exists()
 
 
 def test_a_trusted_job_may_write_a_shared_cache_and_nowhere_else(tmp_path: Path) -> None:

@@ -4,8 +4,9 @@ Every job gets the evaluator's limits. An implementation that compiles at its fi
 (torch.compile; Triton kernels, a candidate's or fla's) may also start processes (the
 compiler) and write large files; on a CPU such a job starts from the warm Inductor cache.
 fla's sessions, trusted code, share one Triton cache across jobs, writable to them alone.
-On a CUDA device no address-space limit is set: the driver reserves far more virtual
-memory than it uses.
+On a CUDA device no address-space limit is set (the driver reserves far more virtual
+memory than it uses) and /proc stays writable (the driver writes there; its kernel
+tunables stay read-only).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ COMPILING_FILE_BYTES = 2**31
 def job_limits(base: Limits, device: str, workload: Workload, cache_dir: Path,
                implementations: list[Implementation]) -> Limits:
     """The limits of a job (or session) that runs ``implementations``."""
-    limits = dataclasses.replace(base, memory_bytes=None) if device == "cuda" else base
+    limits = base.for_device(device)
     compiling = workload.compiling_baselines | workload.jit_baselines
     if not any(impl.baseline in compiling or (
             impl.artifact is not None and get_backend(impl.artifact.backend).needs_processes)

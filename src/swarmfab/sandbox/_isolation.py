@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 
 __all__ = [
+    "PROC_TUNABLES",
     "UNPRIVILEGED",
     "can_drop_privileges",
     "can_read",
@@ -22,6 +23,7 @@ __all__ = [
     "forbid_processes_and_sockets",
     "isolate_network",
     "job_user",
+    "read_only_alone",
 ]
 
 _CLONE_NEWNET = 0x40000000
@@ -112,6 +114,8 @@ _CLONE_NEWNS = 0x00020000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
 _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 1 << 18
 SHARED_MEMORY = "/dev/shm"
+PROC_TUNABLES = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+"""What stays read-only in a CUDA job's writable ``/proc``: the kernel's settings."""
 SHARED_MEMORY_BYTES = 256 * 2**20  # a job's own POSIX shared memory (RAM-backed)
 _AT_FDCWD, _AT_RECURSIVE = -100, 0x8000
 _MOUNT_ATTR_RDONLY = 1
@@ -124,17 +128,21 @@ class _MountAttr(ctypes.Structure):
 
 
 def confine_filesystem(workdir: Path, shared_memory: bool = True,
-                       writable: tuple[Path, ...] = ()) -> bool:
+                       writable: tuple[Path, ...] = (), device_driver: bool = False) -> bool:
     """Make every mount read-only except ``workdir``, in a private mount namespace, and
     give the job a POSIX shared-memory directory of its own (an empty tmpfs on
-    ``/dev/shm``, 256 MiB at most: a CUDA driver and OpenMP runtimes open shared memory
-    there, and a job must neither see nor touch the host's).
+    ``/dev/shm``, 256 MiB at most: OpenMP runtimes open shared memory there, and a job
+    must neither see nor touch the host's).
 
     Needs root (or a user namespace) and Linux >= 5.12 for mount_setattr; the host's
-    mounts are untouched. Returns False, changing nothing visible, where refused.
+    mounts are untouched. Returns False where refused or incomplete.
     ``shared_memory=False`` leaves ``/dev/shm`` read-only like the rest (for
-    :mod:`swarmfab.sandbox.probe`, which tells whether a driver needs it). ``writable``
-    directories stay writable too (trusted code's shared caches; never a candidate's).
+    :mod:`swarmfab.sandbox.probe`). ``writable`` directories stay writable too (trusted
+    code's shared caches; never a candidate's). ``device_driver`` (a CUDA job) leaves
+    ``/proc`` writable, as a GPU driver needs it (on an H200, a read-only ``/proc`` alone
+    made ``cudaGetDeviceCount`` fail with error 304, and every other mount read-only left
+    CUDA working: ``python -m swarmfab.sandbox.probe --mounts``), while the kernel's
+    tunables in it (:data:`PROC_TUNABLES`) stay read-only, as container runtimes keep them.
     """
     number = _SYS_MOUNT_SETATTR.get(os.uname().machine)
     if number is None:
@@ -156,11 +164,33 @@ def confine_filesystem(workdir: Path, shared_memory: bool = True,
         and all(set_attributes(path, _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0))
                 for path in kept)
     )
+    if confined and device_driver:
+        confined = set_attributes(b"/proc", _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0)) and all(
+            libc.mount(path, path, None, _MS_BIND | _MS_REC, None) == 0
+            and set_attributes(path, _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0))
+            for path in (p.encode() for p in PROC_TUNABLES if os.path.exists(p)))
     if confined and shared_memory and os.path.isdir(SHARED_MEMORY):  # best effort
         libc.mount(b"tmpfs", SHARED_MEMORY.encode(), b"tmpfs",
                    _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
                    f"size={SHARED_MEMORY_BYTES},mode=1777".encode())
     return confined
+
+
+def read_only_alone(path: Path | None) -> bool:
+    """Make the one mount at ``path`` read-only (not those below it), in a private mount
+    namespace (``None``: only the namespace): :mod:`swarmfab.sandbox.probe` uses it to
+    find the mount a driver writes."""
+    number = _SYS_MOUNT_SETATTR.get(os.uname().machine)
+    if number is None:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
+    return bool(libc.unshare(_CLONE_NEWNS) == 0
+                and libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) == 0
+                and (path is None
+                     or libc.syscall(number, _AT_FDCWD, str(path).encode(), 0,
+                                     ctypes.byref(attr), ctypes.sizeof(attr)) == 0))
 
 
 def _runs_unprivileged(isolate: bool) -> bool:

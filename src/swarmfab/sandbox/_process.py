@@ -23,6 +23,7 @@ reported with the signal's name and the tail of its output. The parent goes on.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import multiprocessing
 import multiprocessing.connection
@@ -90,6 +91,16 @@ class Limits:
     # the job may write besides its own, and variables set in its environment
     writable: tuple[str, ...] = ()
     environment: tuple[tuple[str, str], ...] = ()
+    # a job that drives a GPU: /proc stays writable, its kernel tunables read-only (the
+    # driver fails to start under a read-only /proc; see confine_filesystem)
+    device_driver: bool = False
+
+    def for_device(self, device: str) -> Limits:
+        """These limits for a job that drives ``device``: on CUDA no address-space limit
+        (the driver reserves far more virtual memory than it uses) and the driver's /proc."""
+        if device != "cuda":
+            return self
+        return dataclasses.replace(self, memory_bytes=None, device_driver=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +173,8 @@ def _confine(limits: Limits, workdir: Path, environ: Mapping[str, str]) -> None:
     _rederive_compiler_config(workdir)
     if limits.isolate:
         isolate_network()
-        confine_filesystem(workdir, writable=tuple(Path(p) for p in limits.writable))
+        confine_filesystem(workdir, writable=tuple(Path(p) for p in limits.writable),
+                           device_driver=limits.device_driver)
         drop_privileges(workdir, limits.max_processes)
         forbid_processes_and_sockets(allow_processes=limits.allow_processes)
 

@@ -5,10 +5,15 @@ Each configuration runs in a child forked from this process, which has imported 
 without initialising CUDA (as the sandbox's forkserver has). The child applies the
 configuration's steps, then tries: a kernel on the CUDA device; a Triton kernel, compiled
 there (Triton runs ptxas in a subprocess); writing outside its directory; POSIX shared
-memory; a TCP connection to this process; starting a process. The last two
+memory; a TCP connection to this process; starting a process. The last four
 configurations are the sandbox itself, as a job gets it (``_confine``), with processes
-forbidden and allowed (what a Triton job gets). A step that breaks CUDA is the single
-step whose row reads ``cuda`` refused.
+forbidden and allowed (what a Triton job gets), as a CPU job and as a CUDA job (whose
+/proc stays writable). A step that breaks CUDA is the single step whose row reads
+``cuda`` refused.
+
+``--mounts`` narrows a read-only file system that stops CUDA down to the mounts: each
+mount point is made read-only alone, in a child of its own, and CUDA tried; then the
+sandbox's file-system step is tried with the mounts found left writable.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import runpy
 import shutil
 import signal
@@ -33,9 +39,10 @@ from swarmfab.sandbox._isolation import (
     drop_privileges,
     forbid_processes_and_sockets,
     isolate_network,
+    read_only_alone,
 )
 
-__all__ = ["CHECKS", "configurations", "main", "probe"]
+__all__ = ["CHECKS", "configurations", "main", "mount_points", "probe"]
 
 CHECKS = ("cuda", "triton", "write outside", "shared memory", "network", "processes")
 CHILD_TIMEOUT_S = 180.0  # a first Triton compilation takes seconds; a hang ends here
@@ -62,8 +69,9 @@ def configurations() -> dict[str, list[Step]]:
     """Name -> the steps a child applies, in the sandbox's order."""
     from swarmfab.sandbox._process import Limits, _confine
 
-    def sandbox(allow: bool) -> Step:
-        limits = Limits(isolate=True, allow_processes=allow, wall_s=CHILD_TIMEOUT_S)
+    def sandbox(allow: bool, device: str = "cpu") -> Step:
+        limits = Limits(isolate=True, allow_processes=allow,
+                        wall_s=CHILD_TIMEOUT_S).for_device(device)
         return lambda workdir: _confine(limits, workdir, dict(os.environ))
 
     return {
@@ -72,13 +80,51 @@ def configurations() -> dict[str, list[Step]]:
         "read-only file systems": [confine_filesystem],
         "read-only file systems, /dev/shm too": [
             functools.partial(confine_filesystem, shared_memory=False)],
+        "read-only file systems, a GPU driver's /proc": [
+            functools.partial(confine_filesystem, device_driver=True)],
         "user nobody": [lambda workdir: drop_privileges(workdir, 64)],
         "seccomp": [lambda _: forbid_processes_and_sockets()],
         "seccomp, processes allowed": [
             lambda _: forbid_processes_and_sockets(allow_processes=True)],
         "sandbox": [sandbox(False)],
         "sandbox, processes allowed": [sandbox(True)],
+        "sandbox, a CUDA job": [sandbox(False, "cuda")],
+        "sandbox, a CUDA job, processes allowed (Triton)": [sandbox(True, "cuda")],
     }
+
+
+def mount_points() -> list[str]:
+    """This process's mount points, from /proc/self/mountinfo (octal escapes undone)."""
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4]
+        points.append(re.sub(r"\\(\d{3})", lambda m: chr(int(m[1], 8)), point))
+    return list(dict.fromkeys(points))
+
+
+def _mounts(port: int) -> list[dict[str, object]]:
+    """Which mount, made read-only alone, stops CUDA; then the file-system step with
+    those left writable."""
+    rows = [probe("no isolation", [], port, only_cuda=True)]
+    if not str(rows[0]["cuda"]).startswith("ok"):
+        return rows  # nothing to narrow down: CUDA does not work here at all
+    rows.append(probe("a private mount namespace, nothing read-only",
+                      [lambda _: read_only_alone(None)], port, only_cuda=True))
+    stopping = []
+    for point in mount_points():
+        row = probe(f"read-only {point} alone", [functools.partial(_read_only, point)], port,
+                    only_cuda=True)
+        rows.append(row)
+        if not str(row.get("cuda", "")).startswith("ok"):
+            stopping.append(point)
+    kept = tuple(Path(point) for point in stopping)
+    rows.append(probe(f"read-only file systems, {', '.join(stopping) or 'nothing'} writable",
+                      [functools.partial(confine_filesystem, writable=kept)], port))
+    return rows
+
+
+def _read_only(point: str, _workdir: Path) -> bool:
+    return read_only_alone(Path(point))
 
 
 def _attempt(check: Callable[[], object]) -> str:
@@ -89,7 +135,8 @@ def _attempt(check: Callable[[], object]) -> str:
     return "ok" if result is None else f"ok ({result})"
 
 
-def _checks(workdir: Path, outside: Path, port: int) -> dict[str, str]:
+def _checks(workdir: Path, outside: Path, port: int,
+            only_cuda: bool = False) -> dict[str, str]:
     import torch
 
     def cuda() -> str:
@@ -120,6 +167,8 @@ def _checks(workdir: Path, outside: Path, port: int) -> dict[str, str]:
         subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=30)
 
     found = {"cuda": _attempt(cuda)}
+    if only_cuda:
+        return found
     found["triton"] = (_attempt(triton) if found["cuda"].startswith("ok")
                        else "not tried: no CUDA")
     for name, check in (("write outside", write_outside), ("shared memory", shared_memory),
@@ -128,15 +177,18 @@ def _checks(workdir: Path, outside: Path, port: int) -> dict[str, str]:
     return found
 
 
-def _child(steps: list[Step], workdir: Path, outside: Path, port: int, writer: int) -> None:
+def _child(steps: list[Step], workdir: Path, outside: Path, port: int, writer: int,
+           only_cuda: bool) -> None:
     os.environ.update(HOME=str(workdir), TMPDIR=str(workdir),
                       TRITON_CACHE_DIR=str(workdir / "triton-cache"))
+    tempfile.tempdir = None  # the parent's choice (/tmp) may be read-only here
     applied = [_attempt(functools.partial(step, workdir)) for step in steps]
-    result = {"steps": applied, **_checks(workdir, outside, port)}
+    result = {"steps": applied, **_checks(workdir, outside, port, only_cuda)}
     os.write(writer, json.dumps(result).encode())
 
 
-def probe(name: str, steps: list[Step], port: int) -> dict[str, object]:
+def probe(name: str, steps: list[Step], port: int,
+          only_cuda: bool = False) -> dict[str, object]:
     """One configuration's findings (a child that hangs or dies says so)."""
     workdir = Path(tempfile.mkdtemp(prefix="swarmfab-probe-"))
     outside = Path(tempfile.mkdtemp(prefix="swarmfab-probe-outside-"))
@@ -147,7 +199,7 @@ def probe(name: str, steps: list[Step], port: int) -> dict[str, object]:
         code = 0
         try:
             os.close(reader)
-            _child(steps, workdir, outside, port, writer)
+            _child(steps, workdir, outside, port, writer, only_cuda)
         except BaseException:
             code = 1
         finally:
@@ -175,6 +227,8 @@ def probe(name: str, steps: list[Step], port: int) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON document")
+    parser.add_argument("--mounts", action="store_true",
+                        help="which mount, made read-only alone, stops CUDA")
     args = parser.parse_args(argv)
     import torch  # imported before forking, CUDA left uninitialised, as the forkserver
 
@@ -182,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     server.listen(16)
     port = server.getsockname()[1]
     try:
-        rows = [probe(name, steps, port) for name, steps in configurations().items()]
+        rows = (_mounts(port) if args.mounts else
+                [probe(name, steps, port) for name, steps in configurations().items()])
     finally:
         server.close()
     host = {"euid": os.geteuid(), "torch": torch.__version__,

@@ -9,7 +9,6 @@ figures when there are some.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import platform
 import tempfile
 from importlib import metadata
@@ -38,7 +37,7 @@ def host_peaks(
     """This host's peaks with ``threads`` threads (or its CUDA device's): stored, or
     measured in a clean process."""
     if device == "cuda":  # the device is measured in the job; stored under its own name
-        limits = dataclasses.replace(limits or Limits(), memory_bytes=None)
+        limits = (limits or Limits()).for_device(device)
         stored = None
     else:
         stored = store.host_peaks(host_fingerprint(threads))
