@@ -82,8 +82,8 @@ def cuda_settings(quick: bool = False) -> Iterator[Setting]:
 def triton_settings(quick: bool = False) -> Iterator[tuple[Setting, str]]:
     """(setting, the dtype q, k, v, beta and o come in): the Triton kernels; the chunked
     one at every chunk size and precision; again with bfloat16 inputs, the chunked one
-    with bfloat16 products at chunks 16 and 64; fla's three-kernel form at chunk 64 with
-    float32 and with bfloat16 inputs and products."""
+    with bfloat16 products at chunks 16 and 64; fla's three-kernel form at chunks 16 (the
+    space's starting point) and 64 with float32 and with bfloat16 inputs and products."""
     space = gpu_space()
     base = space.default()
     yield {**base, "kernel": "triton-recurrent"}, "float32"
@@ -97,9 +97,10 @@ def triton_settings(quick: bool = False) -> Iterator[tuple[Setting, str]]:
     yield {**base, "kernel": "triton-recurrent"}, "bfloat16"
     for chunk in (16, 64):
         yield {**base, "chunk": chunk, "dot_precision": "bf16"}, "bfloat16"
-    parallel = {**base, "kernel": "triton-chunked-parallel", "chunk": 64, "stages": 2}
-    yield parallel, "float32"
-    yield {**parallel, "dot_precision": "bf16"}, "bfloat16"
+    for chunk in (16, 64):
+        parallel = {**base, "kernel": "triton-chunked-parallel", "chunk": chunk, "stages": 2}
+        yield parallel, "float32"
+        yield {**parallel, "dot_precision": "bf16"}, "bfloat16"
 
 
 def _label(setting: Setting, inputs: str = "") -> str:

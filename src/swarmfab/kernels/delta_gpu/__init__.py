@@ -110,8 +110,10 @@ def gpu_space(workload: str = "kda") -> DesignSpace:
                  help="CUDA: where a block keeps its state tile"),
         ),
         render=_render,
-        # three stages of the state pass's loads take 280 KB of shared memory at chunk 64
-        # (an H200 has 227 KB a block): two
-        starting=(({"kernel": "triton-chunked-parallel", "chunk": 64, "stages": 2},
-                   "fla's structure: only the state pass walks the chunks, at chunk 64"),),
+        # measured on an H200 at B1 T8192 H96 K=V=128, float32 products (scripts/
+        # gpu_kernels.py, docs/benchmarks.md): 16.2 ms against 53 ms for the default and
+        # 153 ms at chunk 64, whose tiles spill; two stages (three take 280 KB of shared
+        # memory at chunk 64, and an H200 gives a block 227 KB)
+        starting=(({"kernel": "triton-chunked-parallel", "chunk": 16, "stages": 2},
+                   "fla's structure: only the state pass walks the chunks, at chunk 16"),),
     )
