@@ -21,7 +21,7 @@ from swarmfab.records import Estimate
 from swarmfab.sandbox import Limits
 from swarmfab.swarm import Run
 from swarmfab.swarm.budget import SETUP_SHARE, Budget
-from swarmfab.swarm.setup import Setup, busy_cores
+from swarmfab.swarm.setup import DEVICE_BASELINES_S, Setup, busy_cores
 from swarmfab.workloads import design_space, get_workload
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -74,6 +74,22 @@ def test_a_budget_the_setup_would_not_fit_is_refused_at_once(tmp_path: Path) -> 
     message = str(refused.value)
     assert "the setup alone would take about" in message and "B1 T2048 H4 K64 V64" in message
     assert "--budget" in message and "fewer or smaller shapes" in message
+
+
+def test_on_a_device_the_baselines_jobs_are_part_of_the_estimate(tmp_path: Path) -> None:
+    """A device's baselines are timed in jobs that start CUDA and fla (nothing is probed
+    in this process): a budget they would not fit is refused at once, naming them."""
+    goal = _goal(device="cuda", budget="60s")
+    setup = _setup(goal, Store(tmp_path / "x.db"), tmp_path, [])
+    estimate = setup._estimate()
+    assert estimate is not None
+    assert estimate.baselines_s == dict.fromkeys(estimate.references_s, DEVICE_BASELINES_S)
+    assert estimate.setup_s == pytest.approx(sum(estimate.references_s.values())
+                                             + estimate.peaks_s + 2 * DEVICE_BASELINES_S)
+    with pytest.raises(GoalError, match=r"baselines 30 s.*Give --budget \d+s"):
+        setup.check(Budget(time.monotonic(), 60.0))
+    on_cpu = _setup(_goal(), Store(tmp_path / "y.db"), tmp_path, [])._estimate()
+    assert on_cpu is not None and on_cpu.baselines_s == {}
 
 
 def test_timing_the_baselines_stops_at_the_budgets_end_with_the_reason(tmp_path: Path) -> None:

@@ -51,6 +51,9 @@ CALIBRATION = TimingPolicy(min_rounds=1, max_rounds=5, max_seconds=1.0, warmup_c
 FINAL_MIN_ROUNDS = 2  # the closing table's samples per implementation, at the least
 PEAKS_ESTIMATE_S = 6.0  # measuring the host's peaks (FMA loops, GEMM, copy)
 JOB_ESTIMATE_S = 1.0  # starting one sandboxed job and staging its inputs
+# timing one shape's baselines in a job on a GPU, where nothing is probed: the job starts
+# CUDA and fla's Triton kernels (13 and 15 s a shape on an H200, fla's cache warm)
+DEVICE_BASELINES_S = 15.0
 COMPILE_KEY = "(a job that compiles)"  # stored beside the baselines: its wall seconds
 
 
@@ -79,17 +82,22 @@ class SetupEstimate:
     closing_s: dict[str, float]
     calls: dict[str, dict[str, float]]  # shape -> baseline -> seconds per call (scaled)
     inputs_s: dict[str, float]  # drawing a shape's inputs once
+    baselines_s: dict[str, float] = field(default_factory=dict)  # timed in jobs (a device)
 
     @property
     def setup_s(self) -> float:
-        return sum(self.references_s.values()) + self.peaks_s
+        return (sum(self.references_s.values()) + self.peaks_s
+                + sum(self.baselines_s.values()))
 
     def costliest(self) -> str:
-        return max(self.references_s, key=lambda label: self.references_s[label])
+        return max(self.references_s, key=lambda label: self.references_s[label]
+                   + self.baselines_s.get(label, 0.0))
 
     def describe(self) -> str:
+        baselines = (f", baselines {sum(self.baselines_s.values()):.0f} s"
+                     if self.baselines_s else "")
         return (f"references {sum(self.references_s.values()):.0f} s, host peaks "
-                f"{self.peaks_s:.0f} s; then the closing table, at least "
+                f"{self.peaks_s:.0f} s{baselines}; then the closing table, at least "
                 f"{sum(self.closing_s.values()):.0f} s")
 
 
@@ -166,9 +174,10 @@ class Setup:
                 fastest = min((seconds for name, seconds in calls[label].items()
                                if name not in workload.compiling_baselines), default=0.0)
                 closing[label] = JOB_ESTIMATE_S + 2 * inputs_s + 2 * FINAL_MIN_ROUNDS * fastest
+        in_jobs = {} if self.goal.device == "cpu" else dict.fromkeys(references,
+                                                                      DEVICE_BASELINES_S)
         return SetupEstimate(references, 0.0 if self._peaks_stored() else PEAKS_ESTIMATE_S,
-                             closing, calls,
-                             drawing)
+                             closing, calls, drawing, in_jobs)
 
     def _probe_baselines(self, label: str, inputs: Inputs, factor: float) -> dict[str, float]:
         """Each baseline's seconds per call on the shape: stored, else the probe's time
