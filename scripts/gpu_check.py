@@ -4,26 +4,29 @@
 Phases, each printed with the time elapsed before it starts and its own limit:
 
   environment    the device, the driver and the versions
-  (fla warm-up   starts here, beside the phases that time nothing: fla's kernels compile
-                 and autotune once, on every shape and dtype the check times, into the
-                 Triton cache fla's sessions share; the smoke phase waits for it)
+  (fla warm-up   from here on, in the background: fla's kernels compile and autotune once
+                 for every shape and dtype the check times, into the Triton cache fla's
+                 sessions share; chunk_kda takes about 80 s per head count and dtype on an
+                 H200, so no timed step may be the first to call it)
   sandbox        python -m swarmfab.sandbox.probe: each isolation step with CUDA and Triton
-  smoke          a Triton and a CUDA candidate verified on the device, the Triton one (the
-                 space's default) timed against fla's chunk_kda on one shape (the
-                 default baselines without fla)
+  smoke verify   the space's default Triton candidate and its CUDA kernel, verified on the
+                 device in the sandbox
+  smoke bench    the Triton one timed beside fla's fused_recurrent_kda on one shape
   (--smoke ends here: about a minute)
-  swarm          a short run with device = "cuda"
-  fla float32    its champion against fla on fla's benchmark shapes and decode
+  swarm          a short run with device = "cuda" (fla's fused recurrent as its baseline)
+  fla float32    its champion against fla's chunk_kda and fused_recurrent_kda (once the
+                 warm-up is done) at B1 T8192 H96 and at decode, or on all of fla's
+                 benchmark shapes with --all-shapes (longer than five minutes on a fresh host)
   fla bfloat16   the same with bfloat16 inputs, as fla's users call it
-  tests          the GPU test files
+  tests          the GPU test files, in what is left of the check's limit
 
 The whole check has a limit too (--total, 300 s by default): a phase gets what is left
 of it when its own limit is longer, and one that would get nothing is not run ("no time
-left"). A phase past its limit is a hang: every process it started gets SIGABRT, on which Python
-prints every thread's stack (PYTHONFAULTHANDLER), so the log names the line it hung on;
-then SIGKILL. Each phase's output goes to --out/<phase>.log, the tables' JSON beside it,
-and a summary to --out/gpu_check.json. Exit 0 when every phase passed, 1 when one failed,
-2 when there is no GPU.
+left"). A phase past its limit is a hang: every process it started gets SIGABRT, on which
+Python prints every thread's stack (PYTHONFAULTHANDLER), so the log names the line it hung
+on; then SIGKILL. Each phase's output goes to --out/<phase>.log, the tables' JSON beside
+it, and a summary to --out/gpu_check.json. Exit 0 when every phase passed, 1 when one
+failed, 2 when there is no GPU.
 """
 
 from __future__ import annotations
@@ -46,9 +49,14 @@ from swarmfab.evaluation._limits import TRUSTED_TRITON_CACHE
 
 PYTHON = sys.executable
 DUMP_GRACE_S = 5.0  # after SIGABRT, time for the stacks to be written
-FLA_SHAPES = ("1,8192,96,128,128", "2,16384,16,128,128", "4,2048,16,128,128",
-              "4,4096,64,128,128", "8,1024,8,64,64", "64,1,16,128,128+h0")
-BF16_SHAPES = ("1,8192,96,128,128", "4,2048,16,128,128", "64,1,16,128,128+h0")
+# fla's benchmark shapes (--all-shapes); fla autotunes chunk_kda at its first call for
+# each head count and dtype, about 80 s each on an H200, so the 5-minute check times the
+# headline shape and decode alone, in float32 and in bfloat16
+ALL_FLA_SHAPES = ("1,8192,96,128,128", "2,16384,16,128,128", "4,2048,16,128,128",
+                  "4,4096,64,128,128", "8,1024,8,64,64", "64,1,16,128,128+h0")
+ALL_BF16_SHAPES = ("1,8192,96,128,128", "4,2048,16,128,128", "64,1,16,128,128+h0")
+FLA_SHAPES = ("1,8192,96,128,128", "64,1,16,128,128+h0")
+FUSED = "fla-fused-recurrent"  # autotunes in about a second: the smoke's and swarm's peer
 SMOKE_SHAPE = "2,1024,16,128,128"
 MIN_PHASE_S = 10.0  # a phase that would get less of the check's limit is not run
 GOAL = """workload = "kda"
@@ -56,7 +64,7 @@ device = "cuda"
 budget = "{budget}"
 threads = 4
 eval_timeout = "120s"
-shapes = [
+{baselines}shapes = [
   {{B = 2, T = 1024, H = 16, K = 128, V = 128}},
   {{B = 64, T = 1, H = 16, K = 128, V = 128, initial_state = true}},
 ]
@@ -75,6 +83,13 @@ class Phase:
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+
+def phase_limit(limit_s: float, total_s: float, started: float) -> float | None:
+    """A phase's limit within what is left of the check's (``started`` on the monotonic
+    clock); None where less than :data:`MIN_PHASE_S` is left: the phase is not run."""
+    left = total_s - (time.monotonic() - started)
+    return None if left < MIN_PHASE_S else min(limit_s, left)
 
 
 def descendants(pid: int) -> list[int]:
@@ -177,13 +192,13 @@ def _render(work: Path) -> tuple[Path, Path]:
     return paths[0], paths[1]
 
 
-def _warm_fla(cache: Path, dtypes: tuple[str, ...]) -> list[str]:
-    """A command that calls each fla baseline once on every shape the check times, in
-    ``dtypes``, with the Triton cache and autotuning results of fla's sessions."""
-    return [PYTHON, __file__, "--warm-fla", str(cache), *dtypes]
+def _warm_fla(cache: Path, tasks: list[tuple[str, str, list[str]]]) -> list[str]:
+    """A command that calls fla's baselines once for each (dtype, shape, baselines) of
+    ``tasks``, with the Triton cache and autotuning results of fla's sessions."""
+    return [PYTHON, __file__, "--warm-fla", str(cache), json.dumps(tasks)]
 
 
-def _warm_fla_here(cache: Path, dtypes: list[str]) -> int:
+def _warm_fla_here(cache: Path, tasks: list[tuple[str, str, list[str]]]) -> int:
     """The warm-up itself (``--warm-fla``), each call printed with its time."""
     os.environ.update(TRITON_CACHE_DIR=str(cache), TRITON_CACHE_AUTOTUNING="1")
     os.umask(0)  # sandboxed sessions run as an unprivileged user where they can, and
@@ -195,18 +210,16 @@ def _warm_fla_here(cache: Path, dtypes: list[str]) -> int:
     from swarmfab.workloads._base import Case
 
     workload = get_workload("kda")
-    baselines = {name: forward for name, forward in workload.baselines().items()
-                 if name.startswith("fla-")}
-    for dtype in dtypes:
-        for text in dict.fromkeys((SMOKE_SHAPE, *FLA_SHAPES)):
-            case = Case(f"warm-up {text}", parse_shape(text), dtype=dtype)
-            inputs = {name: value.cuda() if isinstance(value, torch.Tensor) else value
-                      for name, value in workload.make_inputs(case).items()}
-            for name, forward in baselines.items():
-                began = time.monotonic()
-                workload.call(forward, inputs)
-                torch.cuda.synchronize()
-                print(f"{name} {text} {dtype}: {time.monotonic() - began:.1f} s", flush=True)
+    baselines = workload.baselines()
+    for dtype, text, names in tasks:
+        case = Case(f"warm-up {text}", parse_shape(text), dtype=dtype)
+        inputs = {name: value.cuda() if isinstance(value, torch.Tensor) else value
+                  for name, value in workload.make_inputs(case).items()}
+        for name in names:
+            began = time.monotonic()
+            workload.call(baselines[name], inputs)
+            torch.cuda.synchronize()
+            print(f"{name} {text} {dtype}: {time.monotonic() - began:.1f} s", flush=True)
     return 0
 
 
@@ -234,30 +247,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="stop after the smoke phase")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-check")))
     parser.add_argument("--work", type=Path, default=Path("/tmp/swarmfab-gpu-check"))
-    parser.add_argument("--swarm-budget", default="75s")
+    parser.add_argument("--swarm-budget", default="120s")
+    parser.add_argument("--all-shapes", action="store_true",
+                        help="time all of fla's benchmark shapes (longer than 5 minutes on "
+                             "a fresh host: fla autotunes each head count and dtype)")
     parser.add_argument("--total", type=float, default=300.0,
                         help="the whole check's limit in seconds")
     parser.add_argument("--show-table", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--warm-fla", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--warm-fla", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.show_table is not None:
         return _show_table(args.show_table)
     if args.warm_fla:
-        return _warm_fla_here(Path(args.warm_fla[0]), args.warm_fla[1:])
+        return _warm_fla_here(Path(args.warm_fla[0]), json.loads(args.warm_fla[1]))
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     phases: list[Phase] = []
 
     def phase(name: str, commands: list[list[str]], limit_s: float) -> bool:
-        left = args.total - (time.monotonic() - started)
-        if left < MIN_PHASE_S:
-            print(f"\n== {name}: not run, {max(left, 0):.0f} s of the check's {args.total:.0f} "
-                  "s limit left", flush=True)
+        limit = phase_limit(limit_s, args.total, started)
+        if limit is None:
+            print(f"\n== {name}: not run, too little of the check's {args.total:.0f} s limit "
+                  "left", flush=True)
             phases.append(Phase(name, "no time left", 0.0, 0.0, None, ""))
         else:
-            phases.append(run_phase(name, commands, min(limit_s, left), args.out,
-                                    started=started))
+            phases.append(run_phase(name, commands, limit, args.out, started=started))
         _write_summary(args.out, phases, started)
         return phases[-1].passed
 
@@ -277,11 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     store = ["--db", str(args.work / "runs.db"), "--workdir", str(args.work / "wd")]
     fla = _fla()
     warm_up = None
-    if fla:  # beside the phases that time nothing, so no timed step compiles fla
+    tables = {"float32": ALL_FLA_SHAPES if args.all_shapes else FLA_SHAPES,
+              "bfloat16": ALL_BF16_SHAPES if args.all_shapes else FLA_SHAPES}
+    if fla:  # in the background from here, so no timed step compiles or autotunes fla
         cache = args.work / "wd" / "cache" / TRUSTED_TRITON_CACHE
-        dtypes = ("float32",) if args.smoke else ("float32", "bfloat16")
+        tasks = [("float32", SMOKE_SHAPE, [FUSED])] + ([] if args.smoke else [
+            (dtype, shape, ["fla-chunk", FUSED]) for dtype, shapes in tables.items()
+            for shape in shapes])
         warm_up = threading.Thread(target=lambda: phases.append(run_phase(
-            "fla warm-up", [_warm_fla(cache, dtypes)], args.total, args.out,
+            "fla warm-up", [_warm_fla(cache, tasks)], args.total, args.out,
             started=started)), daemon=True)
         warm_up.start()
     phase("sandbox", [[PYTHON, "-m", "swarmfab.sandbox.probe"]], 90)
@@ -290,20 +309,21 @@ def main(argv: list[str] | None = None) -> int:
                                      "--fuzz", "2", *store),
                            _swarmfab("verify", "kda", str(cuda_file), "--fuzz", "2", *store)],
           90)
-    if warm_up is not None:
-        print(f"\n(waiting for the fla warm-up: {time.monotonic() - started:.0f} s elapsed)",
-              flush=True)
-        warm_up.join(timeout=max(0.0, args.total - (time.monotonic() - started)))
-    phase("smoke bench", _bench(store, "float32", (SMOKE_SHAPE,), fla[:2], "default",
+    peer = ["--baseline", FUSED] if fla else []
+    phase("smoke bench", _bench(store, "float32", (SMOKE_SHAPE,), peer, "default",
                                 args.out / "smoke_table.json"), 90)
     if not args.smoke:
         goal = args.work / "goal.toml"
-        goal.write_text(GOAL.format(budget=args.swarm_budget))
-        phase("swarm", [_swarmfab("run", str(goal), *store)], 150)
-        phase("fla float32", _bench(store, "float32", FLA_SHAPES, fla, "champion",
-                                    args.out / "fla_float32.json"), 180)
-        phase("fla bfloat16", _bench(store, "bfloat16", BF16_SHAPES, fla, "champion",
-                                     args.out / "fla_bfloat16.json"), 150)
+        goal.write_text(GOAL.format(budget=args.swarm_budget,
+                                    baselines=f'baselines = ["{FUSED}"]\n' if fla else ""))
+        phase("swarm", [_swarmfab("run", str(goal), *store)], 180)
+        if warm_up is not None:
+            print(f"\n(waiting for the fla warm-up: {time.monotonic() - started:.0f} s "
+                  "elapsed)", flush=True)
+            warm_up.join(timeout=max(0.0, args.total - (time.monotonic() - started)))
+        for dtype, shapes in tables.items():
+            phase(f"fla {dtype}", _bench(store, dtype, shapes, fla, "champion",
+                                         args.out / f"fla_{dtype}.json"), 180)
         phase("tests", [[PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                          "tests/kernels/test_delta_gpu.py", "tests/backends/test_gpu.py",
                          "tests/measure/test_gpu_timing.py", "tests/verify/test_gpu_probes.py"]],

@@ -78,3 +78,10 @@ def test_without_a_gpu_the_check_says_so_in_its_summary(tmp_path: Path) -> None:
     assert done.returncode == 2 and "no NVIDIA GPU" in done.stderr
     summary = json.loads((tmp_path / "gpu_check.json").read_text())
     assert not summary["passed"] and summary["phases"][0]["name"] == "environment"
+
+
+def test_a_phase_gets_what_is_left_of_the_checks_limit(gpu_check: ModuleType) -> None:
+    now = time.monotonic()
+    assert gpu_check.phase_limit(90.0, 300.0, now) == 90.0
+    assert gpu_check.phase_limit(90.0, 300.0, now - 250.0) == pytest.approx(50.0, abs=1.0)
+    assert gpu_check.phase_limit(90.0, 300.0, now - 295.0) is None  # under MIN_PHASE_S
