@@ -9,16 +9,18 @@ Phases, each printed with the time elapsed before it starts and its own limit:
                  sessions share; chunk_kda takes about 80 s per head count and dtype on an
                  H200, so no timed step may be the first to call it)
   sandbox        python -m swarmfab.sandbox.probe: each isolation step with CUDA and Triton
+                 (--mounts, run by hand, finds a mount whose read-only view stops CUDA)
   smoke verify   the space's default Triton candidate and its CUDA kernel, verified on the
                  device in the sandbox
-  smoke bench    the Triton one timed beside fla's fused_recurrent_kda on one shape
-  (--smoke ends here: about a minute)
+  tests          the GPU test files (beside the warm-up: they time nothing that is quoted)
+  (then the warm-up is waited for: from here the device times what the check reports)
+  smoke bench    the Triton candidate timed beside fla's fused_recurrent_kda on one shape
+  (--smoke: environment, sandbox, smoke verify and smoke bench, about a minute)
   swarm          a short run with device = "cuda" (fla's fused recurrent as its baseline)
-  fla float32    its champion against fla's chunk_kda and fused_recurrent_kda (once the
-                 warm-up is done) at B1 T8192 H96 and at decode, or on all of fla's
-                 benchmark shapes with --all-shapes (longer than five minutes on a fresh host)
-  fla bfloat16   the same with bfloat16 inputs, as fla's users call it
-  tests          the GPU test files, in what is left of the check's limit
+  fla ...        its champion against fla: bfloat16 inputs, as fla's users pass them, at
+                 B1 T8192 H96 against chunk_kda and fused_recurrent_kda, and at decode
+                 against fused_recurrent_kda; --all-shapes adds float32 and the rest of
+                 fla's benchmark shapes (longer than five minutes on a fresh host)
 
 The whole check has a limit too (--total, 300 s by default): a phase gets what is left
 of it when its own limit is longer, and one that would get nothing is not run ("no time
@@ -49,14 +51,21 @@ from swarmfab.evaluation._limits import TRUSTED_TRITON_CACHE
 
 PYTHON = sys.executable
 DUMP_GRACE_S = 5.0  # after SIGABRT, time for the stacks to be written
-# fla's benchmark shapes (--all-shapes); fla autotunes chunk_kda at its first call for
-# each head count and dtype, about 80 s each on an H200, so the 5-minute check times the
-# headline shape and decode alone, in float32 and in bfloat16
-ALL_FLA_SHAPES = ("1,8192,96,128,128", "2,16384,16,128,128", "4,2048,16,128,128",
-                  "4,4096,64,128,128", "8,1024,8,64,64", "64,1,16,128,128+h0")
-ALL_BF16_SHAPES = ("1,8192,96,128,128", "4,2048,16,128,128", "64,1,16,128,128+h0")
-FLA_SHAPES = ("1,8192,96,128,128", "64,1,16,128,128+h0")
-FUSED = "fla-fused-recurrent"  # autotunes in about a second: the smoke's and swarm's peer
+CHUNK, FUSED = "fla-chunk", "fla-fused-recurrent"  # fla's two kernels, as baselines
+HEADLINE, DECODE = "1,8192,96,128,128", "64,1,16,128,128+h0"
+# (name, dtype, shapes, fla baselines): the champion against fla. fla autotunes chunk_kda
+# at its first call for each head count and dtype (about 80 s each on an H200), and for
+# decode too, so the five-minute check times bfloat16 inputs, as fla's users pass them, at
+# the headline shape against both kernels and at decode against the fused recurrent one;
+# --all-shapes adds float32 and the rest of fla's benchmark shapes
+TABLES = (("fla bfloat16", "bfloat16", (HEADLINE,), (CHUNK, FUSED)),
+          ("fla decode", "bfloat16", (DECODE,), (FUSED,)))
+ALL_TABLES = (("fla float32", "float32", (HEADLINE, "2,16384,16,128,128", "4,2048,16,128,128",
+                                          "4,4096,64,128,128", "8,1024,8,64,64"),
+               (CHUNK, FUSED)),
+              ("fla bfloat16", "bfloat16", (HEADLINE, "4,2048,16,128,128"), (CHUNK, FUSED)),
+              ("fla decode", "float32", (DECODE,), (FUSED,)),
+              ("fla decode bfloat16", "bfloat16", (DECODE,), (FUSED,)))
 SMOKE_SHAPE = "2,1024,16,128,128"
 MIN_PHASE_S = 10.0  # a phase that would get less of the check's limit is not run
 GOAL = """workload = "kda"
@@ -223,12 +232,12 @@ def _warm_fla_here(cache: Path, tasks: list[tuple[str, str, list[str]]]) -> int:
     return 0
 
 
-def _fla() -> list[str]:
+def _has_fla() -> bool:
     try:
         import fla.ops.kda  # noqa: F401
     except ImportError:
-        return []
-    return ["--baseline", "fla-chunk", "--baseline", "fla-fused-recurrent"]
+        return False
+    return True
 
 
 def _bench(store: list[str], dtype: str, shapes: tuple[str, ...], baselines: list[str],
@@ -247,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="stop after the smoke phase")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-check")))
     parser.add_argument("--work", type=Path, default=Path("/tmp/swarmfab-gpu-check"))
-    parser.add_argument("--swarm-budget", default="120s")
+    parser.add_argument("--swarm-budget", default="90s")
     parser.add_argument("--all-shapes", action="store_true",
                         help="time all of fla's benchmark shapes (longer than 5 minutes on "
                              "a fresh host: fla autotunes each head count and dtype)")
@@ -290,15 +299,14 @@ def main(argv: list[str] | None = None) -> int:
                                   "--format=csv,noheader"], [PYTHON, "-c", versions]], 60):
         return 2
     store = ["--db", str(args.work / "runs.db"), "--workdir", str(args.work / "wd")]
-    fla = _fla()
+    fla = _has_fla()
     warm_up = None
-    tables = {"float32": ALL_FLA_SHAPES if args.all_shapes else FLA_SHAPES,
-              "bfloat16": ALL_BF16_SHAPES if args.all_shapes else FLA_SHAPES}
+    tables = [] if args.smoke or not fla else list(ALL_TABLES if args.all_shapes else TABLES)
     if fla:  # in the background from here, so no timed step compiles or autotunes fla
         cache = args.work / "wd" / "cache" / TRUSTED_TRITON_CACHE
-        tasks = [("float32", SMOKE_SHAPE, [FUSED])] + ([] if args.smoke else [
-            (dtype, shape, ["fla-chunk", FUSED]) for dtype, shapes in tables.items()
-            for shape in shapes])
+        tasks = [("float32", SMOKE_SHAPE, [FUSED]), *(
+            (dtype, shape, list(names)) for _, dtype, shapes, names in tables
+            for shape in shapes)]
         warm_up = threading.Thread(target=lambda: phases.append(run_phase(
             "fla warm-up", [_warm_fla(cache, tasks)], args.total, args.out,
             started=started)), daemon=True)
@@ -309,6 +317,15 @@ def main(argv: list[str] | None = None) -> int:
                                      "--fuzz", "2", *store),
                            _swarmfab("verify", "kda", str(cuda_file), "--fuzz", "2", *store)],
           90)
+    if not args.smoke:  # nothing it times is quoted: it runs beside the warm-up
+        phase("tests", [[PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                         "tests/kernels/test_delta_gpu.py", "tests/backends/test_gpu.py",
+                         "tests/measure/test_gpu_timing.py", "tests/verify/test_gpu_probes.py"]],
+              120)
+    if warm_up is not None:  # from here on everything is timed: the device is the check's
+        print(f"\n(waiting for the fla warm-up: {time.monotonic() - started:.0f} s elapsed)",
+              flush=True)
+        warm_up.join(timeout=max(0.0, args.total - (time.monotonic() - started)))
     peer = ["--baseline", FUSED] if fla else []
     phase("smoke bench", _bench(store, "float32", (SMOKE_SHAPE,), peer, "default",
                                 args.out / "smoke_table.json"), 90)
@@ -316,18 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         goal = args.work / "goal.toml"
         goal.write_text(GOAL.format(budget=args.swarm_budget,
                                     baselines=f'baselines = ["{FUSED}"]\n' if fla else ""))
-        phase("swarm", [_swarmfab("run", str(goal), *store)], 180)
-        if warm_up is not None:
-            print(f"\n(waiting for the fla warm-up: {time.monotonic() - started:.0f} s "
-                  "elapsed)", flush=True)
-            warm_up.join(timeout=max(0.0, args.total - (time.monotonic() - started)))
-        for dtype, shapes in tables.items():
-            phase(f"fla {dtype}", _bench(store, dtype, shapes, fla, "champion",
-                                         args.out / f"fla_{dtype}.json"), 180)
-        phase("tests", [[PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                         "tests/kernels/test_delta_gpu.py", "tests/backends/test_gpu.py",
-                         "tests/measure/test_gpu_timing.py", "tests/verify/test_gpu_probes.py"]],
-              150)
+        phase("swarm", [_swarmfab("run", str(goal), *store)], 150)
+        for name, dtype, shapes, names in tables:
+            baselines = [arg for baseline in names for arg in ("--baseline", baseline)]
+            phase(name, _bench(store, dtype, shapes, baselines, "champion",
+                               args.out / f"{name.replace(' ', '_')}.json"), 120)
     _write_summary(args.out, phases, started)
     print(f"\n{sum(p.passed for p in phases)}/{len(phases)} phases passed in "
           f"{time.monotonic() - started:.0f} s; summary: {args.out / 'gpu_check.json'}")
