@@ -97,8 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{text} {args.dtype}", flush=True)
         reference = None
         row: dict[str, object] = {"shape": text, "dtype": args.dtype, "ms": {}, "error": {}}
-        implementations = {**fla, **{name: forward for name, forward in forwards.items()
-                                     if decode or not any(r in name for r in RECURRENT)}}
+        # at decode fla's chunked kernel only if asked for: engines decode with the fused
+        # recurrent one, and chunk_kda autotunes again for T = 1 (over a minute)
+        peers = {name: forward for name, forward in fla.items()
+                 if not (decode and name == "fla-chunk" and not args.fla)}
+        implementations = {**peers, **{name: forward for name, forward in forwards.items()
+                                       if decode or not any(r in name for r in RECURRENT)}}
         for name, forward in implementations.items():
             began = time.monotonic()
             try:
