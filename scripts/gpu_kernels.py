@@ -3,7 +3,7 @@
 ``python scripts/gpu_kernels.py [--dtype bfloat16] [--setting kernel=...,chunk=64 ...]``.
 
 A developer's measurement, for choosing what the space starts from and searching it on a
-short device lease; `swarmfab bench` and the verifier remain what a result is quoted
+short GPU session; `swarmfab bench` and the verifier remain what a result is quoted
 from. Each setting is built by its real backend and called through the workload, on
 inputs drawn as the verifier draws them. For each shape it prints the median of
 ``triton.testing.do_bench`` (CUDA events, warm-up first) for fla's two kernels and each
