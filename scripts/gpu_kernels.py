@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -53,6 +54,23 @@ def parse_setting(text: str, default: dict[str, object]) -> dict[str, object]:
     return setting
 
 
+def _print_kernels(call: Callable[[], object], calls: int = 3) -> None:
+    """The device time per call of each kernel ``call`` launches, costliest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    kernels = [(getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0),
+                e.count, e.key) for e in profiler.key_averages()
+               if str(getattr(e, "device_type", "")).endswith("CUDA")]  # kernels, not ops
+    for total_us, count, key in sorted(kernels, reverse=True)[:6]:
+        if total_us > 0:
+            print(f"      {key[:64]:<64} {total_us / calls / 1e3:8.3f} ms  "
+                  f"{count // calls} launch(es)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
@@ -62,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
                         choices=("fla-chunk", "fla-fused-recurrent", "none"),
                         help="fla's kernels to time (default both; none: neither, for a "
                              "sweep that skips fla's first-call autotuning)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also each implementation's device time by kernel "
+                             "(torch.profiler), to see which of a setting's kernels costs")
     parser.add_argument("--work", type=Path, default=Path("/tmp/swarmfab-gpu-kernels"))
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args(argv)
@@ -119,8 +140,11 @@ def main(argv: list[str] | None = None) -> int:
             row["ms"][name], row["error"][name] = ms, error  # type: ignore[index]
             print(f"  {name:<72} {ms:9.3f} ms  err {error:.1e}  "
                   f"({time.monotonic() - began:.1f} s)", flush=True)
-        best_fla = min((row["ms"][n] for n in fla if n in row["ms"]), default=None)
-        row["reference"] = next(iter(row["ms"]), None)  # type: ignore[call-overload]  # type: ignore[index,operator]
+            if args.profile:
+                _print_kernels(lambda f=forward, i=inputs: workload.call(f, i))
+        best_fla = min((row["ms"][n] for n in fla if n in row["ms"]),  # type: ignore[index,operator]
+                       default=None)
+        row["reference"] = next(iter(row["ms"]), None)  # type: ignore[call-overload]
         if best_fla:
             for name, ms in row["ms"].items():  # type: ignore[attr-defined]
                 print(f"  {name:<72} {best_fla / ms:6.2f}x fla's best")

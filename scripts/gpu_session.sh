@@ -17,7 +17,7 @@ export PYTHONPATH="/tmp/swarmfab-site:$PWD/src:${PYTHONPATH:-}" PYTHONFAULTHANDL
 export TRITON_CACHE_DIR=/tmp/swarmfab-gpu-check/wd/cache/triton-trusted TRITON_CACHE_AUTOTUNING=1
 for dtype in float32 bfloat16; do
     printf '\n== kernels %s (%d s elapsed, limit %d s)\n' "$dtype" $((SECONDS - started)) "$KERNELS_LIMIT"
-    timeout -s ABRT -k 5 "$KERNELS_LIMIT" python3 scripts/gpu_kernels.py --dtype "$dtype" \
+    timeout -s ABRT -k 5 "$KERNELS_LIMIT" python3 scripts/gpu_kernels.py --dtype "$dtype" --profile \
         --json "$LOGS/kernels_$dtype.json" 2>&1 | tee "$LOGS/kernels_$dtype.log"
 done
 tar czf "$OUT/session.tgz" -C "$LOGS" . && cp "$LOGS/gpu_check.json" "$OUT/" 2>/dev/null
