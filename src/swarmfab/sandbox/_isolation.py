@@ -114,9 +114,9 @@ _CLONE_NEWNS = 0x00020000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
 _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 1 << 18
 SHARED_MEMORY = "/dev/shm"
+SHARED_MEMORY_BYTES = 256 * 2**20  # a job's own POSIX shared memory (RAM-backed)
 PROC_TUNABLES = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
 """What stays read-only in a CUDA job's writable ``/proc``: the kernel's settings."""
-SHARED_MEMORY_BYTES = 256 * 2**20  # a job's own POSIX shared memory (RAM-backed)
 _AT_FDCWD, _AT_RECURSIVE = -100, 0x8000
 _MOUNT_ATTR_RDONLY = 1
 _SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}
@@ -125,6 +125,40 @@ _SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}
 class _MountAttr(ctypes.Structure):
     _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+class _Mounts:
+    """The mount calls the file-system steps make, through libc (mount_setattr has no
+    wrapper, so it goes by its system call number)."""
+
+    def __init__(self, number: int):
+        self.number = number
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc.syscall.restype = ctypes.c_long
+
+    @classmethod
+    def here(cls) -> _Mounts | None:
+        """None where this machine's mount_setattr number is not known."""
+        number = _SYS_MOUNT_SETATTR.get(os.uname().machine)
+        return None if number is None else cls(number)
+
+    def private_namespace(self) -> bool:
+        """A mount namespace of this process's own, none of its changes propagating."""
+        return bool(self.libc.unshare(_CLONE_NEWNS) == 0
+                    and self.libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) == 0)
+
+    def bind(self, path: bytes, recursive: bool = False) -> bool:
+        """``path`` mounted over itself: a mount of its own, whose flags can differ."""
+        flags = _MS_BIND | (_MS_REC if recursive else 0)
+        return bool(self.libc.mount(path, path, None, flags, None) == 0)
+
+    def read_only(self, path: bytes, on: bool, recursive: bool = True) -> bool:
+        """Set (``on``) or clear the read-only flag of the mount at ``path``."""
+        attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0) if on else _MountAttr(
+            0, _MOUNT_ATTR_RDONLY, 0, 0)
+        return bool(self.libc.syscall(self.number, _AT_FDCWD, path,
+                                      _AT_RECURSIVE if recursive else 0, ctypes.byref(attr),
+                                      ctypes.sizeof(attr)) == 0)
 
 
 def confine_filesystem(workdir: Path, shared_memory: bool = True,
@@ -144,35 +178,24 @@ def confine_filesystem(workdir: Path, shared_memory: bool = True,
     CUDA working: ``python -m swarmfab.sandbox.probe --mounts``), while the kernel's
     tunables in it (:data:`PROC_TUNABLES`) stay read-only, as container runtimes keep them.
     """
-    number = _SYS_MOUNT_SETATTR.get(os.uname().machine)
-    if number is None:
+    mounts = _Mounts.here()
+    if mounts is None:
         return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-
-    def set_attributes(path: bytes, attr: _MountAttr) -> bool:
-        size = ctypes.sizeof(attr)
-        return bool(libc.syscall(number, _AT_FDCWD, path, _AT_RECURSIVE, ctypes.byref(attr),
-                                 size) == 0)
-
     kept = [str(path).encode() for path in (workdir, *writable)]
     confined = (
-        libc.unshare(_CLONE_NEWNS) == 0
-        and libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) == 0
-        and all(libc.mount(path, path, None, _MS_BIND, None) == 0 for path in kept)
-        and set_attributes(b"/", _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0))
-        and all(set_attributes(path, _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0))
-                for path in kept)
+        mounts.private_namespace()
+        and all(mounts.bind(path) for path in kept)
+        and mounts.read_only(b"/", True)
+        and all(mounts.read_only(path, False) for path in kept)
     )
     if confined and device_driver:
-        confined = set_attributes(b"/proc", _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0)) and all(
-            libc.mount(path, path, None, _MS_BIND | _MS_REC, None) == 0
-            and set_attributes(path, _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0))
+        confined = mounts.read_only(b"/proc", False) and all(
+            mounts.bind(path, recursive=True) and mounts.read_only(path, True)
             for path in (p.encode() for p in PROC_TUNABLES if os.path.exists(p)))
     if confined and shared_memory and os.path.isdir(SHARED_MEMORY):  # best effort
-        libc.mount(b"tmpfs", SHARED_MEMORY.encode(), b"tmpfs",
-                   _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
-                   f"size={SHARED_MEMORY_BYTES},mode=1777".encode())
+        mounts.libc.mount(b"tmpfs", SHARED_MEMORY.encode(), b"tmpfs",
+                          _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                          f"size={SHARED_MEMORY_BYTES},mode=1777".encode())
     return confined
 
 
@@ -180,17 +203,9 @@ def read_only_alone(path: Path | None) -> bool:
     """Make the one mount at ``path`` read-only (not those below it), in a private mount
     namespace (``None``: only the namespace): :mod:`swarmfab.sandbox.probe` uses it to
     find the mount a driver writes."""
-    number = _SYS_MOUNT_SETATTR.get(os.uname().machine)
-    if number is None:
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
-    return bool(libc.unshare(_CLONE_NEWNS) == 0
-                and libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) == 0
-                and (path is None
-                     or libc.syscall(number, _AT_FDCWD, str(path).encode(), 0,
-                                     ctypes.byref(attr), ctypes.sizeof(attr)) == 0))
+    mounts = _Mounts.here()
+    return bool(mounts is not None and mounts.private_namespace() and (
+        path is None or mounts.read_only(str(path).encode(), True, recursive=False)))
 
 
 def _runs_unprivileged(isolate: bool) -> bool:
