@@ -215,6 +215,7 @@ def _warm_fla_here(cache: Path, tasks: list[tuple[str, str, list[str]]]) -> int:
     import torch
 
     from swarmfab._cli_common import parse_shape
+    from swarmfab.evaluation._worker import _on_device
     from swarmfab.workloads import get_workload
     from swarmfab.workloads._base import Case
 
@@ -222,8 +223,7 @@ def _warm_fla_here(cache: Path, tasks: list[tuple[str, str, list[str]]]) -> int:
     baselines = workload.baselines()
     for dtype, text, names in tasks:
         case = Case(f"warm-up {text}", parse_shape(text), dtype=dtype)
-        inputs = {name: value.cuda() if isinstance(value, torch.Tensor) else value
-                  for name, value in workload.make_inputs(case).items()}
+        inputs = _on_device(workload.make_inputs(case), "cuda")
         for name in names:
             began = time.monotonic()
             workload.call(baselines[name], inputs)

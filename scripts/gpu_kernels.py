@@ -27,6 +27,8 @@ import torch
 
 from swarmfab._cli_common import parse_shape
 from swarmfab.backends import get_backend
+from swarmfab.evaluation._worker import _on_device
+from swarmfab.kernels._space import Setting
 from swarmfab.kernels.delta_gpu import gpu_space
 from swarmfab.workloads import get_workload
 from swarmfab.workloads._base import Case
@@ -46,7 +48,8 @@ SETTINGS = (  # knobs over the space's default; the decode kernels time decode o
 RECURRENT = ("triton-recurrent", "cuda-recurrent")
 
 
-def parse_setting(text: str, default: dict[str, object]) -> dict[str, object]:
+def parse_setting(text: str, default: Setting) -> Setting:
+    """``default`` with the knobs ``text`` names (knob=value,...)."""
     setting = dict(default)
     for item in text.split(","):
         name, _, value = item.partition("=")
@@ -111,13 +114,14 @@ def main(argv: list[str] | None = None) -> int:
            if name in wanted}
     rows = []
     for text in args.shape or (*PREFILL, *DECODE):
-        case = Case(f"gpu-kernels {text}", parse_shape(text), dtype=args.dtype)
-        inputs = {name: value.cuda() if isinstance(value, torch.Tensor) else value
-                  for name, value in workload.make_inputs(case).items()}
-        decode = case.shape.T == 1
+        shape = parse_shape(text)
+        case = Case(f"gpu-kernels {text}", shape, dtype=args.dtype)
+        inputs = _on_device(workload.make_inputs(case), "cuda")
+        decode = shape.T == 1
         print(f"\n{text} {args.dtype}", flush=True)
         reference = None
-        row: dict[str, object] = {"shape": text, "dtype": args.dtype, "ms": {}, "error": {}}
+        times: dict[str, float] = {}
+        errors: dict[str, float] = {}
         # at decode fla's chunked kernel only if asked for: engines decode with the fused
         # recurrent one, and chunk_kda autotunes again for T = 1 (over a minute)
         peers = {name: forward for name, forward in fla.items()
@@ -137,18 +141,17 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # a setting that fails is a finding
                 print(f"  {name:<72} failed: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
-            row["ms"][name], row["error"][name] = ms, error  # type: ignore[index]
+            times[name], errors[name] = ms, error
             print(f"  {name:<72} {ms:9.3f} ms  err {error:.1e}  "
                   f"({time.monotonic() - began:.1f} s)", flush=True)
             if args.profile:
                 _print_kernels(lambda f=forward, i=inputs: workload.call(f, i))
-        best_fla = min((row["ms"][n] for n in fla if n in row["ms"]),  # type: ignore[index,operator]
-                       default=None)
-        row["reference"] = next(iter(row["ms"]), None)  # type: ignore[call-overload]
+        best_fla = min((times[name] for name in fla if name in times), default=None)
         if best_fla:
-            for name, ms in row["ms"].items():  # type: ignore[attr-defined]
+            for name, ms in times.items():
                 print(f"  {name:<72} {best_fla / ms:6.2f}x fla's best")
-        rows.append(row)
+        rows.append({"shape": text, "dtype": args.dtype, "ms": times, "error": errors,
+                     "reference": next(iter(times), None)})
     if args.json:
         args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(),
                                          "torch": torch.__version__, "rows": rows}, indent=2))
