@@ -1,10 +1,13 @@
 """Shared fixtures: the KDA workload, its design space, the host's vector targets and small
 file helpers.
 
-Tests never touch the user's ``.swarmfab`` directory: every cache, store and champion
-goes under pytest's ``tmp_path``. Torch in the test process runs on one thread: the
-tensors here are tiny, and on a busy machine OpenMP threads spinning against other
-processes make them tens of times slower. (Sandboxed jobs set their own thread count.)
+Tests never touch the user's ``.swarmfab`` directory: every cache, store and champion goes
+under pytest's ``tmp_path``. The host's peaks are measured once per session, by its first
+run, into a file all of the session's workers share (``SWARMFAB_HOST_PEAKS``), not the
+user's own: figures measured while the suite keeps the cores busy are low. Torch in the
+test process runs on one thread: the tensors here are tiny, and on a busy machine OpenMP
+threads spinning against other processes make them tens of times slower. (Sandboxed jobs
+set their own thread count.)
 
 Nothing here assumes the host's instruction set: the ``isa`` fixture offers every value
 the design space's vector knob can take on some CPU, and skips, saying why, the ones this
@@ -13,6 +16,7 @@ CPU cannot run (an AVX2-only host skips ``avx512``; an AVX-512 host runs them al
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +30,18 @@ from swarmfab.workloads import design_space
 from swarmfab.workloads.kda import KDA
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_peaks_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's host-peaks file, one for all of pytest-xdist's workers (they share
+    the parent of their base directories); runs started as subprocesses inherit it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    path = root / "host-peaks.json"
+    os.environ["SWARMFAB_HOST_PEAKS"] = str(path)
+    return path
 
 
 @pytest.fixture(params=all_isa_names())

@@ -1,10 +1,10 @@
 """The ``swarmfab`` command line: the typer app and where each command lives.
 
 Commands are defined beside what they share (``_cli_run``: run and resume; ``_cli_bench``:
-verify, bench, bench-policy; ``_cli_show``: show and report; ``_cli_serve``: serve,
-loadgen, dashboard; ``corpus_cli``, ``lessons_cli``) and registered here; those modules
-never import this one. Each imports torch, pydantic or the store only inside the commands
-that need them, so ``swarmfab --help`` answers at once.
+verify, bench, bench-policy; ``_cli_peaks``: peaks; ``_cli_show``: show and report;
+``_cli_serve``: serve, loadgen, dashboard; ``corpus_cli``, ``lessons_cli``) and registered
+here; those modules never import this one. Each imports torch, pydantic or the store only
+inside the commands that need them, so ``swarmfab --help`` answers at once.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import typer
 from swarmfab import lessons_cli
 from swarmfab._cli_bench import bench, bench_policy, verify
 from swarmfab._cli_common import DEFAULT_DB, STARTED, DbOption, console, friendly
+from swarmfab._cli_peaks import peaks
 from swarmfab._cli_refresh import refresh
 from swarmfab._cli_run import resume, run
 from swarmfab._cli_serve import _kda_slots, dashboard, loadgen, serve
@@ -26,7 +27,7 @@ from swarmfab.corpus_cli import corpus_app
 
 __all__ = [  # the app, and what tests and scripts import from here
     "STARTED", "_kda_slots", "app", "bench", "bench_policy", "dashboard", "export", "loadgen",
-    "refresh", "report", "resume", "run", "runs", "serve", "show", "verify",
+    "peaks", "refresh", "report", "resume", "run", "runs", "serve", "show", "verify",
 ]
 
 app = typer.Typer(
@@ -80,6 +81,7 @@ app.command()(run)
 app.command()(resume)
 app.command()(verify)
 app.command()(bench)
+app.command()(peaks)
 app.command()(export)
 app.command()(report)
 app.command()(show)

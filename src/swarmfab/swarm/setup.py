@@ -39,7 +39,7 @@ from swarmfab.knowledge import Store
 from swarmfab.measure import TimingPolicy
 from swarmfab.measure.roofline import host_fingerprint
 from swarmfab.swarm.budget import SETUP_SHARE, Budget
-from swarmfab.swarm.hosts import host_peaks
+from swarmfab.swarm.hosts import host_peaks, peaks_known
 from swarmfab.workloads import Case, Inputs
 
 __all__ = ["CALIBRATION", "FINAL_MIN_ROUNDS", "Calibration", "Setup", "SetupEstimate",
@@ -216,12 +216,12 @@ class Setup:
         self._phase("measuring host peaks")
         stored = self._peaks_stored()
         if not stored:
-            self._log("measuring this host's peaks (stored for later runs)")
+            self._log("measuring this host's peaks (kept for later runs on this host)")
         peaks = self.evaluator.peaks = host_peaks(self.store, self.goal.threads,
                                                   self.evaluator.limits, device=self.goal.device)
         self._log(f"host peaks: {peaks.flops_per_s / 1e9:.0f} GFLOP/s float32 multiply-add "
                   f"peak, {peaks.bytes_per_s / 1e9:.1f} GB/s memory ({self.goal.threads} threads"
-                  f"{', stored' if stored else ''})")
+                  f"{', measured earlier on this host' if stored else ''})")
 
     def _calibrate(self, deadline: float | None = None) -> Calibration:
         """The baselines' time per call on each shape: stored by an earlier run on this
@@ -294,8 +294,9 @@ class Setup:
 
     # -- reuse -----------------------------------------------------------------------
     def _peaks_stored(self) -> bool:
-        """Whether an earlier run measured this host's peaks (a device is always measured)."""
-        return self.goal.device == "cpu" and self.store.host_peaks(self._fingerprint) is not None
+        """Whether this host's peaks were measured before, by a run in this store or any
+        other (a device is always measured)."""
+        return self.goal.device == "cpu" and peaks_known(self.store, self.goal.threads)
 
     def _key(self, label: str, name: str) -> str:
         return (f"baseline v2 | {self._workload_key} | {label} | {name} | "
