@@ -7,7 +7,9 @@
  * over it, and tiles never exchange data. Per token and tile:
  *   acc = S^T k;  u = beta (v - acc);  S += k u^T;  o = scale S^T q   (S decayed first).
  * Queries, keys and decays of a block are prepared once per (batch, value head) and
- * shared by its tiles.
+ * shared by its tiles. A key-major tile that V leaves partial runs the whole tile's code
+ * on zero-padded columns (tile_values): one copy of the code, compiled in a third of the
+ * time a second copy with variable trip counts took, and faster on such shapes.
  *
  * Deferred decay (RC_DEFERRED 1): the state is kept as S = Diag(c) S~, c the product of
  * the decays since the last renormalisation (log c = L, per key channel). Then
@@ -168,6 +170,20 @@ before_token(const delta_args *a, int64_t b, int64_t hv, int64_t t, int64_t v0, 
         prefetch_lines(a->v + ((b * a->T + t + RC_V_AHEAD) * a->HV + hv) * a->V + v0, bv);
     if (ahead) prefetch_inputs(a, b, hv, t + RC_NB);
 }
+
+#if !RC_VMAJOR
+/* A token's values for one key-major tile: where they lie when the tile is whole, else
+ * copied into pad with zeros past its nv valid columns. A partial tile runs the whole
+ * tile's code (constant trip counts, one copy of it compiled) on state columns that start
+ * at zero; with zero values their updates stay zero, and their outputs are not stored. */
+static inline __attribute__((always_inline)) const float *
+tile_values(const float *vt, int nv, float *restrict pad)
+{
+    if (nv == RC_BV) return vt;
+    for (int j = 0; j < RC_BV; j++) pad[j] = j < nv ? vt[j] : 0.0f;
+    return pad;
+}
+#endif
 
 #define RC_LOG_LIMIT 30.0f     /* exp(30) ~ 1e13: keys rescaled by 1/c stay far from overflow */
 #define RC_AT(S, i, j, K) (S)[RC_VMAJOR ? (j) * (K) + (i) : (i) * RC_BV + (j)]
@@ -575,23 +591,25 @@ static inline int group_renormalises(const rc_work *w, int g)
     return renormalises;
 }
 
-/* Tokens g .. g+RC_GROUP-1 of a block (n tokens) over one tile: project (unless the
- * previous group's sweep did: `projected`), solve, output, update. With RC_PASSES 1 the
- * update sweep also projects the next group where that group runs whole; returns
- * whether it did. acc, out and u are the caller's, so a projection outlives its group. */
+/* Tokens g .. g+RC_GROUP-1 of a block (n tokens) over one tile (nv of its columns
+ * valid): project (unless the previous group's sweep did: `projected`), solve, output,
+ * update. With RC_PASSES 1 the update sweep also projects the next group where that
+ * group runs whole; returns whether it did. acc, out and u are the caller's, so a
+ * projection outlives its group. */
 static inline __attribute__((always_inline)) int
 run_group(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t hv,
-          int64_t t0, int g, int n, int64_t v0, const int bv, int ahead, int projected,
+          int64_t t0, int g, int n, int64_t v0, const int bv, int nv, int ahead, int projected,
           float acc[RC_GROUP][RC_BV], float out[RC_GROUP][RC_BV], float u[RC_GROUP][RC_BV])
 {
     const int64_t K = a->K, V = a->V;
-    for (int m = 0; m < RC_GROUP; m++) before_token(a, b, hv, t0 + g + m, v0, bv, ahead);
+    float pad[RC_BV];
+    for (int m = 0; m < RC_GROUP; m++) before_token(a, b, hv, t0 + g + m, v0, nv, ahead);
     if (!projected) group_project(S, K, bv, w, g, acc, out);
     RC_UNROLL  /* constant indices: the group's vectors can live in registers */
     for (int m = 0; m < RC_GROUP; m++) {
         const int s = g + m;
         const int64_t tok = (b * a->T + t0 + s) * a->HV + hv;
-        const float *restrict vt = a->v + tok * V + v0;
+        const float *restrict vt = tile_values(a->v + tok * V + v0, nv, pad);
         const float *dk = w->DK + s * RC_GROUP, *dq = w->DQ + s * RC_GROUP;
         for (int j = 0; j < bv; j++) {
             float x = acc[m][j];  /* S^T kc_s with the group's earlier updates added */
@@ -605,7 +623,7 @@ run_group(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t
             for (int c = 0; c <= m; c++) y += dq[c] * u[c][j];
             out[m][j] = y;
         }
-        store_outputs(a->o + tok * V + v0, out[m], bv);
+        store_outputs(a->o + tok * V + v0, out[m], nv);
     }
     const int next = g + RC_GROUP;
     if (RC_PASSES == 1 && next + RC_GROUP <= n && !group_renormalises(w, next)) {
@@ -629,29 +647,31 @@ token_fused(rc_work *w, float *restrict S, int64_t K, const int bv, int s,
     sweep_update(S, K, bv, SWEEP_LAST, w->KI + s * K, u, w->QC + s * K, out, NULL, NULL, NULL);
 }
 
-/* Run n prepared tokens over one key-major tile (bv value columns from v0); ahead: this
- * is the job's first tile, which asks for the next block's inputs. */
+/* Run n prepared tokens over one key-major tile (RC_BV value columns from v0, nv of
+ * them valid: tile_values); ahead: this is the job's first tile, which asks for the next
+ * block's inputs. */
 static inline __attribute__((always_inline)) void
 run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t hv,
-          int64_t t0, int n, int64_t v0, const int bv, int ahead)
+          int64_t t0, int n, int64_t v0, int nv, int ahead)
 {
     const int64_t K = a->K, V = a->V;
-    float out[RC_BV];
+    const int bv = RC_BV;
+    float out[RC_BV], pad[RC_BV];
     int s = 0;
 #if RC_GROUP
     float gacc[RC_GROUP][RC_BV], gout[RC_GROUP][RC_BV], gu[RC_GROUP][RC_BV];
     int projected = 0;  /* the previous group's sweep projected this one */
     for (; s + RC_GROUP <= n; s += RC_GROUP) {
         if (!group_renormalises(w, s)) {  /* else token by token */
-            projected = run_group(a, w, S, b, hv, t0, s, n, v0, bv, ahead, projected, gacc,
-                                  gout, gu);
+            projected = run_group(a, w, S, b, hv, t0, s, n, v0, bv, nv, ahead, projected,
+                                  gacc, gout, gu);
             continue;
         }
         for (int m = s; m < s + RC_GROUP; m++) {
             const int64_t tok = (b * a->T + t0 + m) * a->HV + hv;
-            before_token(a, b, hv, t0 + m, v0, bv, ahead);
-            token_fused(w, S, K, bv, m, a->v + tok * V + v0, out);
-            store_outputs(a->o + tok * V + v0, out, bv);
+            before_token(a, b, hv, t0 + m, v0, nv, ahead);
+            token_fused(w, S, K, bv, m, tile_values(a->v + tok * V + v0, nv, pad), out);
+            store_outputs(a->o + tok * V + v0, out, nv);
         }
     }
 #endif
@@ -661,8 +681,8 @@ run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t
 #endif
     for (; s < n; s++) {
         const int64_t tok = (b * a->T + t0 + s) * a->HV + hv;
-        const float *restrict vt = a->v + tok * V + v0;
-        before_token(a, b, hv, t0 + s, v0, bv, ahead);
+        const float *restrict vt = tile_values(a->v + tok * V + v0, nv, pad);
+        before_token(a, b, hv, t0 + s, v0, nv, ahead);
 #if RC_PASSES == 4
         token_separate(S, K, bv, w->SC + s * K, w->scaled[s], w->KC + s * K, w->KI + s * K,
                        w->QC + s * K, vt, w->beta[s], out);
@@ -679,7 +699,7 @@ run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t
         else
             sweep_update(S, K, bv, SWEEP_NEXT, ki, u, qc, out, sc + K, kc + K, acc);
 #endif
-        store_outputs(a->o + tok * V + v0, out, bv);
+        store_outputs(a->o + tok * V + v0, out, nv);
     }
 }
 #else
@@ -747,6 +767,8 @@ static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
             const int64_t v0 = tile * RC_BV;
             const int bv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
             for (int j = 0; j < bv; j++) RC_AT(S, i, j, K) = h0 ? h0[i * V + v0 + j] : 0.0f;
+            if (!RC_VMAJOR)  /* a partial tile's padding columns (tile_values) */
+                for (int j = bv; j < RC_BV; j++) RC_AT(S, i, j, K) = 0.0f;
         }
     for (int64_t t0 = 0; t0 < T; t0 += RC_NB) {
         const int n = (int)(T - t0 < RC_NB ? T - t0 : RC_NB);
@@ -754,10 +776,15 @@ static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
         for (int64_t tile = tile0; tile < tile1; tile++) {
             float *S = w->S + (tile - tile0) * K * RC_BV;
             const int64_t v0 = tile * RC_BV;
-            if (V - v0 >= RC_BV)  /* full tile: constant trip counts, fully vectorised */
+            const int nv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
+#if RC_VMAJOR
+            if (nv == RC_BV)  /* full tile: constant trip counts, fully vectorised */
                 run_block(a, w, S, b, hv, t0, n, v0, RC_BV, tile == tile0);
             else
-                run_block(a, w, S, b, hv, t0, n, v0, (int)(V - v0), tile == tile0);
+                run_block(a, w, S, b, hv, t0, n, v0, nv, tile == tile0);
+#else
+            run_block(a, w, S, b, hv, t0, n, v0, nv, tile == tile0);  /* padded: tile_values */
+#endif
         }
     }
 #if RC_STREAM && defined(__AVX512F__)
