@@ -9,13 +9,14 @@ Fitness is speed relative to the baselines (higher is better).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from swarmfab.records import Candidate
+from swarmfab.records import Candidate, Status, Verdict
 
-__all__ = ["Archive", "Elite", "knob_descriptor"]
+__all__ = ["Archive", "Elite", "fitness_of", "knob_descriptor"]
 
 Descriptor = tuple[str, ...]
 
@@ -34,6 +35,16 @@ def knob_descriptor(knobs: tuple[str, ...]) -> Callable[[Candidate], Descriptor]
         return (candidate.backend, *(str(candidate.knobs.get(k, "-")) for k in knobs))
 
     return describe
+
+
+def fitness_of(verdict: Verdict, gain: float) -> float | None:
+    """A verified candidate's speed relative to the baselines: the geometric mean of its
+    speedups over the incumbent it was timed against, times that incumbent's ``gain``
+    over the baselines; None for a verdict without timings."""
+    if verdict.status is not Status.ACCEPTED or not verdict.timings:
+        return None
+    speedups = [t.ratio.inverted().median for t in verdict.timings]
+    return gain * math.exp(sum(math.log(s) for s in speedups) / len(speedups))
 
 
 class Archive:

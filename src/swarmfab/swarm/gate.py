@@ -16,13 +16,15 @@ used) while another read 0.77x for the move back.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from swarmfab.evaluation import REGRESSION_EPSILON
-from swarmfab.records import Status, Verdict
+from swarmfab.kernels import DesignSpace
+from swarmfab.records import Candidate, Status, Verdict
+from swarmfab.workloads import Case
 
-__all__ = ["GateDecision", "judge"]
+__all__ = ["GateDecision", "judge", "same_code_shapes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +54,13 @@ def judge(verdict: Verdict, same_code: Collection[str] = ()) -> GateDecision:
         return GateDecision(False, "not faster than the incumbent with statistical support")
     gains = ", ".join(f"{t.shape}: {t.ratio.inverted().median:.2f}x" for t in faster)
     return GateDecision(True, f"faster on {len(faster)}/{len(timings)} shapes ({gains})")
+
+
+def same_code_shapes(space: DesignSpace, candidate: Candidate, champion: Candidate | None,
+                     targets: Sequence[Case]) -> list[str]:
+    """Labels of the target shapes on which ``candidate`` runs ``champion``'s code (its
+    knobs differ only in ones those calls never read); none without a champion."""
+    if champion is None or not (candidate.knobs and champion.knobs):
+        return []
+    return [case.shape.label for case in targets
+            if space.same_code_on(candidate.knobs, champion.knobs, case.shape)]

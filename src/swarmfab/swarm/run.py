@@ -15,7 +15,6 @@ the gate for decisions and the store to remember. None of them calls back into t
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -31,16 +30,17 @@ from swarmfab.goal import Goal
 from swarmfab.kernels import DesignSpace
 from swarmfab.knowledge import Store
 from swarmfab.records import Candidate, Lesson, Status, Verdict
-from swarmfab.swarm.archive import Archive, knob_descriptor
+from swarmfab.swarm.archive import Archive, fitness_of, knob_descriptor
 from swarmfab.swarm.blackboard import Blackboard
 from swarmfab.swarm.budget import Budget
 from swarmfab.swarm.closing import closing_reserve, confirm, late_beside, summarise
 from swarmfab.swarm.executors import Evaluation, Executor, ExecutorFactory, LocalExecutor
-from swarmfab.swarm.gate import GateDecision, judge
+from swarmfab.swarm.gate import GateDecision, judge, same_code_shapes
 from swarmfab.swarm.hosts import host_record
 from swarmfab.swarm.setup import Calibration, Setup
 from swarmfab.swarm.status import RunStatus, StatusTracker
 from swarmfab.swarm.supervisor import Intervention, Supervisor
+from swarmfab.swarm.turns import Turns
 from swarmfab.verify import draw_cases
 from swarmfab.workloads import Case
 
@@ -93,7 +93,7 @@ class Run:
     ):
         self.goal, self.store, self.evaluator, self.space = goal, store, evaluator, space
         self.agents, self.workdir, self._log = list(agents), workdir, log
-        self.fallback = fallback  # asked only when every agent is out of proposals
+        self.turns = Turns(self.agents, fallback)  # who proposes next
         self.observer = observer  # live displays get snapshots, never the run itself
         # makes the executor once the references and peaks exist (default: a local pool)
         self.executor_factory: ExecutorFactory = executor or LocalExecutor
@@ -120,9 +120,7 @@ class Run:
         self.overhead: float | None = None  # share of search time not spent in real work
         self.search_s = 0.0
         self.workers = 0  # evaluations in flight at once, once the search started
-        self._turn, self._explore_turns = 0, 0
         self.evaluations = 0  # in this session (a resumed run counts from zero again)
-        self._benched: dict[str, int] = {}
 
     def log(self, line: str) -> None:
         self._log(f"{self.budget.elapsed():6.1f}s {line}")
@@ -176,12 +174,11 @@ class Run:
             status = "failed"  # the platform, not a candidate: the CLI reports the error
             raise
         finally:
-            summary = summarise(self.champion, final, champion_dir)
-            summary["archive"] = self.archive.summary()
-            summary["overhead"] = self.overhead
-            summary["dtype"] = self.goal.dtype
-            summary["search"] = {"seconds": self.search_s, "evaluations": self.evaluations,
-                                 "workers": self.workers}
+            summary = {**summarise(self.champion, final, champion_dir),
+                       "archive": self.archive.summary(), "overhead": self.overhead,
+                       "dtype": self.goal.dtype, "search": {
+                           "seconds": self.search_s, "evaluations": self.evaluations,
+                           "workers": self.workers}}
             self._close(run_id, status, summary)
         return RunResult(run_id, self.champion, champion_dir, self.evaluations,
                          self.store.status_counts(run_id), final, baselines, status)
@@ -296,7 +293,7 @@ class Run:
         """Submit proposals until the executor is full; True when no agent has any."""
         while (len(in_flight) < executor.capacity and time.monotonic() < deadline
                and not self._out_of_evaluations(self.evaluations + len(in_flight))):
-            proposal = self._next_proposal()
+            proposal = self.turns.next(self._ask, self._context)
             if proposal is None:
                 return True
             agent, candidate = proposal
@@ -338,30 +335,6 @@ class Run:
         self._supervise(run_id, submission.agent, promoted)
         self._observe()
 
-    def _next_proposal(self) -> tuple[Agent, Candidate] | None:
-        """Ask agents in turn (skipping benched ones; one marked ``first`` keeps the turn
-        while it proposes), each with its island's parents; the fallback when all are dry
-        or the supervisor asked for exploration."""
-        if self._explore_turns > 0 and self.fallback is not None:
-            self._explore_turns -= 1
-            found = self._ask(self.fallback, self._context())
-            if found:
-                return self.fallback, found[0]
-        for _ in range(len(self.agents)):
-            agent = self.agents[self._turn % len(self.agents)]
-            if self._benched.get(agent.id, 0) > 0:
-                self._benched[agent.id] -= 1
-                self._turn += 1
-                continue
-            found = self._ask(agent, self._context(agent))
-            self._turn += not (found and agent.first)  # a first agent keeps it to propose
-            if found:
-                return agent, found[0]
-        if self.fallback is None:
-            return None
-        found = self._ask(self.fallback, self._context())
-        return (self.fallback, found[0]) if found else None
-
     def _ask(self, agent: Agent, context: Context) -> list[Candidate]:
         """One proposal; what the agent reports doing (LLM calls, spend) is recorded."""
         try:
@@ -378,10 +351,7 @@ class Run:
     def _intervene(self, intervention: Intervention | None) -> None:
         if intervention is None:
             return
-        if intervention.kind == "explore":
-            self._explore_turns = intervention.turns
-        elif intervention.agent is not None:
-            self._benched[intervention.agent] = intervention.turns
+        self.turns.follow(intervention)
         self.blackboard.publish("intervention", f"{intervention.kind}: {intervention.reason}")
         self.log(f"supervisor: {intervention.reason}")
 
@@ -401,12 +371,9 @@ class Run:
 
     def _remember(self, submission: _Submission, promoted: bool) -> None:
         """File a verified candidate in the archive, its fitness relative to the baselines."""
-        verdict = self.recent[-1]
-        if verdict.status is not Status.ACCEPTED or not verdict.timings:
+        fitness = fitness_of(self.recent[-1], submission.gain)  # timed against that incumbent
+        if fitness is None:
             return
-        speedups = [t.ratio.inverted().median for t in verdict.timings]
-        relative = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
-        fitness = submission.gain * relative  # it was timed against that incumbent
         self.archive.add(submission.candidate, fitness, self._island(submission.agent))
         if promoted:
             self.champion_gain = fitness
@@ -454,12 +421,8 @@ class Run:
         return True
 
     def _same_code(self, candidate: Candidate) -> list[str]:
-        """Target shapes on which ``candidate`` runs the champion's code (its knobs differ
-        only in ones those calls never read), where the champion is the incumbent."""
-        if self.champion is None or not (candidate.knobs and self.champion.knobs):
-            return []
-        return [case.shape.label for case in self.evaluator.targets
-                if self.space.same_code_on(candidate.knobs, self.champion.knobs, case.shape)]
+        """Target shapes on which ``candidate`` runs the champion's (the incumbent's) code."""
+        return same_code_shapes(self.space, candidate, self.champion, self.evaluator.targets)
 
     def _check_new_cases(self, candidate: Candidate, known: int) -> GateDecision:
         """The corpus grew while ``candidate`` was evaluated: it must pass the new cases."""

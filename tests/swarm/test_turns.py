@@ -1,0 +1,53 @@
+"""Whose turn it is: agents in order, a first agent keeping the turn, benched ones sitting
+out, the fallback when every agent is dry or exploration is asked for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from swarmfab.swarm.supervisor import Intervention
+from swarmfab.swarm.turns import Turns
+
+
+@dataclass
+class Scripted:
+    """An agent that proposes the names it still has, one per turn."""
+
+    id: str
+    left: int
+    first: bool = False
+
+
+def ask(agent: Any, context: Any) -> list[Any]:
+    if agent.left <= 0:
+        return []
+    agent.left -= 1
+    return [f"{agent.id}-{agent.left}"]
+
+
+def order(turns: Turns, count: int) -> list[str | None]:
+    picks = [turns.next(ask, lambda agent: None) for _ in range(count)]
+    return [pick[0].id if pick else None for pick in picks]
+
+
+def test_agents_take_turns_and_a_first_one_keeps_it_while_it_proposes() -> None:
+    starting, a, b = Scripted("starting", 2, first=True), Scripted("a", 9), Scripted("b", 9)
+    assert order(Turns([starting, a, b]), 6) == ["starting", "starting", "a", "b", "a", "b"]
+
+
+def test_the_fallback_is_asked_when_every_agent_is_dry_and_first_when_exploring() -> None:
+    a, fallback = Scripted("a", 1), Scripted("restart", 3)
+    turns = Turns([a], fallback)
+    assert order(turns, 2) == ["a", "restart"]
+    turns.follow(Intervention("explore", "no new champion", turns=1))
+    a.left = 5
+    assert order(turns, 2) == ["restart", "a"]
+    assert order(Turns([Scripted("dry", 0)]), 1) == [None]  # no fallback: nothing
+
+
+def test_a_benched_agent_sits_out_its_turns() -> None:
+    a, b = Scripted("a", 9), Scripted("b", 9)
+    turns = Turns([a, b])
+    turns.follow(Intervention("bench-agent", "keeps proposing what is taken", agent="a", turns=2))
+    assert order(turns, 4) == ["b", "b", "a", "b"]
