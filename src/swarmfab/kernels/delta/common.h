@@ -104,6 +104,7 @@ __attribute__((constructor)) static void delta_retain_freed_memory(void)
 
 #if DELTA_OUTPUT_PAGES
 #include <sys/mman.h>
+#include <unistd.h>
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  /* Linux 5.14; older kernels refuse it, and pages fault */
 #endif
@@ -135,7 +136,8 @@ static void advise_buffer(void *buffer, size_t bytes, int threads)
     delta_interior(buffer, bytes, DELTA_HUGE, &first, &last);
     if (last > first) (void)madvise((void *)first, last - first, MADV_HUGEPAGE);
 #else
-    delta_interior(buffer, bytes, 4096, &first, &last);
+    const long page = sysconf(_SC_PAGESIZE);  /* 4 KiB here; 16 or 64 KiB on some ARM */
+    delta_interior(buffer, bytes, page > 0 ? (uintptr_t)page : 4096, &first, &last);
     if (last <= first) return;
     const int64_t pieces = (int64_t)((last - first + DELTA_HUGE - 1) / DELTA_HUGE);
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
