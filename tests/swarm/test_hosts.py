@@ -93,6 +93,7 @@ def test_a_cache_path_that_is_a_directory_is_no_error(tmp_path: Path,
     store = Store(tmp_path / "x.db")
     assert host_peaks(store, 2, known=KnownPeaks(path)) == peaks(400, 40)
     assert store.host_peaks(host_fingerprint(2)) == peaks(400, 40)
+    assert not list(tmp_path.glob(".host-peaks.json.[0-9]*"))  # no scratch file left
 
 
 def test_the_peaks_command_shows_the_host_s_figures_from_the_user_s_cache(

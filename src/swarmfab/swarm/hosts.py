@@ -78,8 +78,11 @@ class KnownPeaks:
                 "flops_per_s": best.flops_per_s, "bytes_per_s": best.bytes_per_s,
                 "updated_at": datetime.now(UTC).isoformat(timespec="seconds")}
             scratch = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-            scratch.write_text(json.dumps(entries, indent=1, sort_keys=True))
-            os.replace(scratch, self.path)  # a reader never sees half a file
+            try:
+                scratch.write_text(json.dumps(entries, indent=1, sort_keys=True))
+                os.replace(scratch, self.path)  # a reader never sees half a file
+            finally:
+                scratch.unlink(missing_ok=True)
 
     def _read(self) -> dict[str, Any]:
         try:
