@@ -172,15 +172,32 @@ def _tee(process: subprocess.Popen[bytes], log: object) -> None:
 
 
 def _hang(process: subprocess.Popen[bytes]) -> None:
-    """Every process of the phase prints its stacks (SIGABRT), then all are killed."""
+    """Every process of the phase prints its stacks (SIGABRT), one at a time, so that
+    their stacks do not interleave in the log (all at once, two dumps once read "Fatal
+    Python error: AbortedFatal Python error"); then all are killed."""
     everyone = [process.pid, *descendants(process.pid)]
     print(f"watchdog: the limit has passed; {len(everyone)} process(es) print their stacks "
           "and are killed", flush=True)
-    _signal_all(everyone, signal.SIGABRT)
+    for pid in everyone:
+        _signal_all([pid], signal.SIGABRT)
+        _wait_gone(pid, DUMP_GRACE_S / len(everyone))
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=DUMP_GRACE_S)
     _signal_all([*everyone, *descendants(process.pid)], signal.SIGKILL)
     process.wait()
+
+
+def _wait_gone(pid: int, limit_s: float) -> None:
+    """Until ``pid`` has exited (gone, or a zombie) or ``limit_s`` has passed."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return
+        if stat[stat.rindex(")") + 2:].split()[0] in ("Z", "X"):
+            return
+        time.sleep(0.02)
 
 
 def _swarmfab(*args: str) -> list[str]:
