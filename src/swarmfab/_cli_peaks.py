@@ -30,15 +30,16 @@ def peaks(
     kept in the user's cache and in the store; a figure measured on a busy machine is
     low, and --measure raises it."""
     from swarmfab.knowledge import Store
-    from swarmfab.measure.roofline import host_fingerprint
-    from swarmfab.swarm.hosts import KnownPeaks, host_peaks
+    from swarmfab.swarm.hosts import KnownPeaks, host_peaks, peaks_known
 
     count = threads or len(os.sched_getaffinity(0))
-    known = KnownPeaks()
-    before = known.get(host_fingerprint(count))
-    if before is None or measure:
+    store, known = Store(db), KnownPeaks()
+    # the best known, the store's or the host's (None: the first measurement is next)
+    before = host_peaks(store, count, known=known) if peaks_known(store, count, known) else None
+    figures = before
+    if figures is None or measure:
         console.print(f"measuring this host's peaks with {count} thread(s)...", highlight=False)
-    figures = host_peaks(Store(db), count, measure=measure, known=known)
+        figures = host_peaks(store, count, measure=True, known=known)
     if as_json:
         print(json.dumps({"fingerprint": figures.fingerprint, "threads": count,
                           "flops_per_s": figures.flops_per_s,
@@ -50,6 +51,6 @@ def peaks(
                   f"  float32 multiply-add peak: {figures.flops_per_s / 1e9:.0f} GFLOP/s\n"
                   f"  memory bandwidth (read + written): {figures.bytes_per_s / 1e9:.1f} GB/s\n"
                   f"  kept in {known.path} and the store", highlight=False)
-    if before is not None and measure and figures != before:
+    if before is not None and figures != before:
         console.print(f"  raised from {before.flops_per_s / 1e9:.0f} GFLOP/s, "
                       f"{before.bytes_per_s / 1e9:.1f} GB/s", highlight=False)
