@@ -7,6 +7,10 @@ the instruction count, whatever else the machine is doing.
 
 from __future__ import annotations
 
+import dataclasses
+import random
+from collections.abc import Callable
+
 import pytest
 
 from swarmfab.measure import TimingPolicy, classify, paired_ratio, time_interleaved
@@ -40,3 +44,39 @@ def test_identical_calls_are_indistinguishable_and_a_slowed_one_is_measured() ->
     assert classify(slowed, epsilon=0.02) == "slower", slowed
     assert abs(slowed.median - 1.3) < 0.08, slowed
     assert slowed.low <= slowed.median <= slowed.high
+
+
+class _NoisyWatch:
+    """A stopwatch whose calls return their own time, with 10% uniform noise (seeded):
+    the protocol's stopping rule, without a clock."""
+
+    cold = False
+
+    def __init__(self) -> None:
+        self.rng = random.Random(7)
+
+    def evict(self, round_index: int) -> None:
+        pass
+
+    def seconds(self, call: Callable[[], object], repeats: int) -> float:
+        return float(call()) * (1 + 0.1 * self.rng.random())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("candidate_s", "decided_sooner"), [(2e-5, True), (0.9e-3, False)])
+def test_a_ratio_of_many_times_is_settled_sooner_where_the_policy_allows(
+    candidate_s: float, decided_sooner: bool,
+) -> None:
+    strict = TimingPolicy(min_rounds=5, max_rounds=200, max_seconds=60.0, target_width=0.02,
+                          min_sample_s=0.0)
+    lenient = dataclasses.replace(strict, clear_factor=2.0, clear_width=0.1)
+    rounds = {}
+    for name, policy in (("strict", strict), ("lenient", lenient)):
+        samples = time_interleaved({"incumbent": lambda: 1e-3, "candidate": lambda: candidate_s},
+                                   policy, reference="incumbent", stopwatch=_NoisyWatch())
+        rounds[name] = len(samples["candidate"])
+        ratio = paired_ratio(samples["candidate"], samples["incumbent"])
+        assert ratio.low <= candidate_s / 1e-3 * 1.1 and ratio.high >= candidate_s / 1e-3 / 1.1
+    if decided_sooner:  # 50x apart: 10% is enough, and reached in the first rounds
+        assert rounds["lenient"] == strict.min_rounds < rounds["strict"], rounds
+    else:  # 0.9x: held to 2% either way
+        assert rounds["lenient"] == rounds["strict"] > strict.min_rounds, rounds

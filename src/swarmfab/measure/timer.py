@@ -7,7 +7,8 @@ implementation: the first call after another implementation ran pays for the swi
 OpenMP pool that went to sleep during a single-threaded kernel took 2-5x longer to wake
 than to work), and a user calling one kernel in a loop never pays that. Calls shorter
 than a millisecond are repeated within a sample (the same number of times for everyone).
-Rounds go on until the confidence interval of every paired ratio is narrow enough, or
+Rounds go on until the confidence interval of every paired ratio is narrow enough (a
+policy may ask less of a ratio of many times, whose comparison is already decided), or
 the time cap is reached (then the interval says how sure we are, and the comparison
 stays honest).
 """
@@ -56,16 +57,24 @@ class TimingPolicy:
     # rounds enough where some call is long: a ratio of many times is clear in a few
     # samples, and the interval reported says how sure it is
     long_call_min_rounds: int = 3
+    # a ratio whose whole interval lies beyond ``clear_factor`` either way (many times
+    # faster or slower) needs a half-width of ``clear_width`` only: no comparison with 1
+    # can come out otherwise, and against a slow, noisy baseline a 2% interval takes the
+    # whole time cap; inf: every ratio needs ``target_width``
+    clear_factor: float = math.inf
+    clear_width: float = 0.1
 
     @property
     def cache(self) -> str:
         return "cold" if self.flush_bytes else "warm"
 
 
-EVALUATION = TimingPolicy(long_call_s=0.25)
+EVALUATION = TimingPolicy(long_call_s=0.25, clear_factor=2.0)
 """Candidates against their incumbent: switching costs are kept out of every sample but
 those of calls over a quarter of a second (a PyTorch baseline on a large shape), where
-they are at most a few percent against ratios of many times."""
+they are at most a few percent against ratios of many times. A ratio beyond 2x either way
+(a first candidate against the baselines) is measured to within 10%: the comparison is
+decided, and a candidate timed against the champion after it is held to 2%."""
 
 CONFIRMATION = TimingPolicy(min_rounds=10, max_rounds=200, max_seconds=8.0, target_width=0.01,
                             long_call_s=0.5)
@@ -131,7 +140,7 @@ def time_interleaved(
             watch.evict(round_index)  # untimed
             samples[name].append(watch.seconds(calls[name], inner))
         if round_index + 1 >= min_rounds and (
-            _precise(samples, reference, policy.target_width)
+            _precise(samples, reference, policy)
             or _clock() - started > policy.max_seconds
         ):
             break
@@ -164,11 +173,14 @@ def _warm_up(
     return fastest
 
 
-def _precise(samples: dict[str, list[float]], reference: str, width: float) -> bool:
+def _precise(samples: dict[str, list[float]], reference: str, policy: TimingPolicy) -> bool:
+    """Whether every ratio to ``reference`` is as narrow as the policy asks."""
     for name, values in samples.items():
         if name == reference:
             continue
         ratio = paired_ratio(values, samples[reference])
+        clear = ratio.high < 1 / policy.clear_factor or ratio.low > policy.clear_factor
+        width = policy.clear_width if clear else policy.target_width
         if (ratio.high - ratio.low) / 2 > width * ratio.median:
             return False
     return True
