@@ -117,6 +117,14 @@ def test_missing_include_is_a_fatal_error_diagnostic(tmp_path: Path) -> None:
     assert "nope.h" in diagnostic.message
 
 
+def test_a_source_that_claims_a_full_disk_still_fails_its_own_build(tmp_path: Path) -> None:
+    """Only a file system that is nearly full makes a failed build the platform's error:
+    a candidate cannot stop a run by printing the words."""
+    source = "#error No space left on device\n"
+    with pytest.raises(BuildError, match="No space left on device"):
+        CBackend().build(_c_candidate(source, "claims.c"), tmp_path)
+
+
 def test_library_without_the_entry_point_raises_candidate_error(tmp_path: Path, kda: KDA) -> None:
     backend = CBackend()
     artifact = backend.build(_c_candidate("int kda_backward(void) { return 0; }\n"), tmp_path)

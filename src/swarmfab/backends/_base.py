@@ -7,6 +7,9 @@ own code first executes. Backends hold no per-candidate state and are safe to sh
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +17,7 @@ from pathlib import Path
 from swarmfab.records import Candidate
 from swarmfab.workloads import Forward, Workload
 
-__all__ = ["Artifact", "Backend"]
+__all__ = ["Artifact", "Backend", "compiler_env", "raise_if_out_of_space"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,3 +53,29 @@ class Backend(ABC):
     def describe(self) -> dict[str, str]:
         """Facts about the toolchain (compiler version...) for provenance. Optional."""
         return {}
+
+
+def compiler_env() -> dict[str, str]:
+    """A compiler's environment: this process's, with messages in English (a full disk
+    then reads the same in every locale)."""
+    return {**os.environ, "LC_ALL": "C"}
+
+_OUT_OF_SPACE = ("No space left on device", "Disk quota exceeded")
+LOW_SPACE_BYTES = 64 * 2**20
+
+
+def raise_if_out_of_space(log: str, directory: Path) -> None:
+    """A compiler that failed for want of disk space is the platform's problem, not the
+    candidate's: raise OSError(ENOSPC) (the evaluator reports it and the run stops)
+    instead of a build failure the candidate would be blamed for. Only when the log says
+    so *and* the file system is nearly full: a source that prints the words itself (an
+    #error) still gets its build failure."""
+    if not any(words in log for words in _OUT_OF_SPACE):
+        return
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        return
+    if free < LOW_SPACE_BYTES:
+        raise OSError(errno.ENOSPC, f"the compiler ran out of disk space ({free // 1024} KiB "
+                                    "free)")

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from swarmfab.backends._base import Artifact, Backend
+from swarmfab.backends._base import Artifact, Backend, compiler_env, raise_if_out_of_space
 from swarmfab.errors import BuildError, CandidateError, Diagnostic
 from swarmfab.records import Candidate
 from swarmfab.workloads import Forward, Workload
@@ -101,13 +101,14 @@ class CBackend(Backend):
     def _compile(self, command: list[str], cwd: Path) -> None:
         try:
             done = subprocess.run(command, capture_output=True, text=True, cwd=cwd,
-                                  timeout=BUILD_TIMEOUT_S)
+                                  timeout=BUILD_TIMEOUT_S, env=compiler_env())
         except subprocess.TimeoutExpired as exc:
             raise BuildError(f"compilation took longer than {BUILD_TIMEOUT_S:.0f} s") from exc
         except OSError as exc:
             raise BuildError(f"cannot run the C compiler {self.compiler!r}: {exc}") from exc
         if done.returncode != 0:
             log = (done.stderr or done.stdout)[-20_000:]
+            raise_if_out_of_space(log, cwd)
             diagnostics = parse_diagnostics(log)
             errors = [d for d in diagnostics if d.severity != "warning"]
             lines = log.strip().splitlines() or ["(no compiler output)"]

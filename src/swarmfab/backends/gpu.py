@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from swarmfab.backends._base import Artifact, Backend
+from swarmfab.backends._base import Artifact, Backend, compiler_env, raise_if_out_of_space
 from swarmfab.backends.c import load_symbol
 from swarmfab.backends.c import parse_diagnostics as parse_host_diagnostics
 from swarmfab.backends.python import PythonBackend
@@ -186,13 +186,14 @@ def ptxas_usage(log: str) -> str:
 def _run_nvcc(command: list[str], cwd: Path) -> str:
     try:
         done = subprocess.run(command, capture_output=True, text=True, cwd=cwd,
-                              timeout=NVCC_TIMEOUT_S)
+                              timeout=NVCC_TIMEOUT_S, env=compiler_env())
     except subprocess.TimeoutExpired as exc:
         raise BuildError(f"nvcc took longer than {NVCC_TIMEOUT_S:.0f} s") from exc
     except OSError as exc:
         raise BuildError(f"cannot run nvcc: {exc}") from exc
     log = (done.stderr + done.stdout)[-20_000:]
     if done.returncode != 0:
+        raise_if_out_of_space(log, cwd)
         diagnostics = parse_nvcc_diagnostics(log)
         errors = [d for d in diagnostics if d.severity != "warning"]
         first = str(errors[0]) if errors else (log.strip().splitlines() or ["?"])[0]
