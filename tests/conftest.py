@@ -17,6 +17,7 @@ CPU cannot run (an AVX2-only host skips ``avx512``; an AVX-512 host runs them al
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,3 +88,33 @@ def write_file(tmp_path: Path) -> Callable[[str, str], Path]:
         return path
 
     return write
+
+
+def _small_mounts_possible() -> bool:
+    probe = ["unshare", "--mount", "--map-root-user", "sh", "-c",
+             "mount -t tmpfs -o size=16k tmpfs /mnt && umount /mnt"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+SmallDisk = Callable[[list[str], str], subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> tuple[Path, SmallDisk]:
+    """A directory and a way to run a command that sees a tmpfs of a given size there (a
+    real full disk: the command runs in a mount namespace of its own, as a user
+    namespace's root, so nothing outside it is touched). Skips where the host refuses."""
+    if not _small_mounts_possible():
+        pytest.skip("needs unshare and a tmpfs mount in a user namespace")
+    mount = tmp_path / "small"
+    mount.mkdir()
+
+    def run(command: list[str], size: str) -> subprocess.CompletedProcess[str]:
+        script = f'mount -t tmpfs -o size={size} tmpfs "{mount}" && exec "$@"'
+        return subprocess.run(["unshare", "--mount", "--map-root-user", "sh", "-c", script,
+                               "sh", *command], capture_output=True, text=True, timeout=120)
+
+    return mount, run

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import mmap
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner, Result
@@ -445,32 +445,18 @@ def test_a_session_keeps_the_heap_a_long_running_process_would(
     assert faults["candidate"] < 3 * (8 << 20) // mmap.PAGESIZE // 64, faults
 
 
-def _full_file_system_available() -> bool:
-    probe = ["unshare", "--mount", "--map-root-user", "sh", "-c",
-             "mount -t tmpfs -o size=16k tmpfs /mnt && umount /mnt"]
-    try:
-        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
 
-
-@pytest.mark.skipif(not _full_file_system_available(),
-                    reason="needs unshare and a tmpfs mount in a user namespace")
 def test_a_full_disk_during_a_build_is_a_clear_error_not_a_build_failure(
-    tmp_path: Path, write_file: Callable[[str, str], Path]
+    tmp_path: Path, write_file: Callable[[str, str], Path], small_disk: tuple[Path, Any]
 ) -> None:
-    """The work directory on a 16 KiB file system (a mount of this test's own): the
-    compiler's link fails for want of space, which is the platform's problem, so the
-    command stops with an error that says so instead of failing the candidate."""
+    """The work directory on a 16 KiB file system: the compiler's link fails for want of
+    space, which is the platform's problem, so the command stops with an error that says
+    so instead of failing the candidate."""
     source = write_file("kernel.c", "#include <stdint.h>\n"
                         "int kda_forward(void) { return 0; }\n")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    command = [sys.executable, "-m", "swarmfab", "verify", "kda", str(source), "--workdir",
-               str(mount / "wd"), "--db", str(tmp_path / "x.db")]
-    script = f'mount -t tmpfs -o size=16k tmpfs "{mount}" && exec "$@"'
-    done = subprocess.run(["unshare", "--mount", "--map-root-user", "sh", "-c", script, "sh",
-                           *command], capture_output=True, text=True, timeout=120)
+    mount, run = small_disk
+    done = run([sys.executable, "-m", "swarmfab", "verify", "kda", str(source), "--workdir",
+                str(mount / "wd"), "--db", str(tmp_path / "x.db")], "16k")
     output = done.stdout + done.stderr
     assert done.returncode == 1, output
     assert "cannot write the build cache" in output and "ran out of disk space" in output

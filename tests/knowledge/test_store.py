@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -189,3 +192,36 @@ def test_a_measurement_is_kept_replaced_and_missed_by_any_other_key(store: Store
     store.save_measurement(key, {"torch-recurrent": 0.03, "torch-chunked": 0.01})
     assert store.measurement(key) == {"torch-recurrent": 0.03, "torch-chunked": 0.01}
     assert store.measurement(key.replace("host A", "host B")) is None
+
+
+_FILL = """
+import json, sys
+from swarmfab.errors import StoreError
+from swarmfab.knowledge import Store
+store = Store(sys.argv[1])
+run = store.start_run("kda", {"workload": "kda"}, {"cpu": "test"})
+written, message = 0, None
+try:
+    for index in range(10_000):
+        store.record_event(run, "fill", f"{index}:" + "x" * 8192)
+        written += 1
+except StoreError as exc:
+    message = str(exc)
+read = [detail.split(":")[0] for _, detail in store.events(run, "fill")]
+print(json.dumps({"written": written, "read": read, "message": message}))
+"""
+
+
+def test_a_store_on_a_full_disk_says_so_and_keeps_what_it_holds(
+    small_disk: tuple[Path, Any],
+) -> None:
+    """SQLite on a 512 KiB file system, written until it is full: the error names the
+    full disk, and every write that succeeded reads back."""
+    mount, run = small_disk
+    done = run([sys.executable, "-c", _FILL, str(mount / "x.db")], "512k")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert 10 < result["written"] < 10_000
+    assert result["message"] is not None and "out of disk space" in result["message"]
+    assert "intact" in result["message"]
+    assert result["read"] == [str(index) for index in range(result["written"])]

@@ -57,6 +57,8 @@ T = TypeVar("T")
 
 _DIALECTS = ("sqlite", "postgresql")
 _WRITE_ATTEMPTS = 6
+# what SQLite (SQLITE_FULL) and PostgreSQL (DiskFull) say when the disk is full
+_OUT_OF_SPACE = ("database or disk is full", "No space left on device", "Disk quota exceeded")
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock detected
 
 
@@ -117,6 +119,15 @@ class Store:
         except SQLAlchemyError:
             return self.url
 
+    def _failed(self, exc: SQLAlchemyError) -> StoreError:
+        """The error a failed operation raises; a full disk says what to do about it."""
+        cause = str(getattr(exc, "orig", None) or exc).strip()
+        if any(words in cause for words in _OUT_OF_SPACE):
+            return StoreError(f"the store ({self._shown_url}) is out of disk space ({cause}): "
+                              "what it holds is intact, as each write is one transaction; "
+                              "free some space there and go on")
+        return StoreError(f"store operation failed ({self._shown_url}): {exc}")
+
     @contextlib.contextmanager
     def session(self) -> Iterator[Session]:
         """One transaction: commits on success, rolls back and translates errors otherwise."""
@@ -126,7 +137,7 @@ class Store:
             session.commit()
         except SQLAlchemyError as exc:
             session.rollback()
-            raise StoreError(f"store operation failed ({self._shown_url}): {exc}") from exc
+            raise self._failed(exc) from exc
         finally:
             session.close()
 
@@ -142,12 +153,11 @@ class Store:
             except DBAPIError as exc:
                 session.rollback()
                 if not _retryable(exc) or attempt == _WRITE_ATTEMPTS - 1:
-                    raise StoreError(
-                        f"store operation failed ({self._shown_url}): {exc}") from exc
+                    raise self._failed(exc) from exc
                 time.sleep(random.uniform(0.01, 0.05) * 2**attempt)
             except SQLAlchemyError as exc:
                 session.rollback()
-                raise StoreError(f"store operation failed ({self._shown_url}): {exc}") from exc
+                raise self._failed(exc) from exc
             finally:
                 session.close()
         raise AssertionError("unreachable")

@@ -172,7 +172,8 @@ class Run:
                      f"`swarmfab resume {run_id}`")
         except SwarmfabError:
             status = "failed"  # the platform, not a candidate: the CLI reports the error
-            self.log(f"stopped by the error below; all is recorded: `swarmfab resume {run_id}`")
+            self.log(f"stopped by the error below; what is recorded stays: `swarmfab resume "
+                     f"{run_id}` continues")
             raise
         finally:
             summary = {**summarise(self.champion, final, champion_dir),
