@@ -60,6 +60,7 @@ def compiler_env() -> dict[str, str]:
     then reads the same in every locale)."""
     return {**os.environ, "LC_ALL": "C"}
 
+
 _OUT_OF_SPACE = ("No space left on device", "Disk quota exceeded")
 LOW_SPACE_BYTES = 64 * 2**20
 
