@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "OUT_OF_SPACE",
     "BuildError",
     "CandidateError",
     "ClusterError",
@@ -40,6 +41,12 @@ __all__ = [
     "SwarmfabError",
     "WorkloadError",
 ]
+
+
+OUT_OF_SPACE = ("No space left on device", "Disk quota exceeded")
+"""How the C library (strerror of ENOSPC, EDQUOT) words a full disk, as tools that fail
+for want of space print it in the C locale: the builds and the store tell a full disk
+from a candidate's or a query's fault by these words."""
 
 
 class SwarmfabError(Exception):

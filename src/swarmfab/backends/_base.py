@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
+from swarmfab.errors import OUT_OF_SPACE
 from swarmfab.records import Candidate
 from swarmfab.workloads import Forward, Workload
 
@@ -61,7 +62,6 @@ def compiler_env() -> dict[str, str]:
     return {**os.environ, "LC_ALL": "C"}
 
 
-_OUT_OF_SPACE = ("No space left on device", "Disk quota exceeded")
 LOW_SPACE_BYTES = 64 * 2**20
 
 
@@ -71,7 +71,7 @@ def raise_if_out_of_space(log: str, directory: Path) -> None:
     instead of a build failure the candidate would be blamed for. Only when the log says
     so *and* the file system is nearly full: a source that prints the words itself (an
     #error) still gets its build failure."""
-    if not any(words in log for words in _OUT_OF_SPACE):
+    if not any(words in log for words in OUT_OF_SPACE):
         return
     try:
         free = shutil.disk_usage(directory).free

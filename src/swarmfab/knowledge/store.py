@@ -28,7 +28,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from swarmfab.errors import StoreError
+from swarmfab.errors import OUT_OF_SPACE, StoreError
 from swarmfab.knowledge import _migrate, lessons
 from swarmfab.knowledge._schema import (
     SCHEMA_VERSION,
@@ -57,8 +57,9 @@ T = TypeVar("T")
 
 _DIALECTS = ("sqlite", "postgresql")
 _WRITE_ATTEMPTS = 6
-# what SQLite (SQLITE_FULL) and PostgreSQL (DiskFull) say when the disk is full
-_OUT_OF_SPACE = ("database or disk is full", "No space left on device", "Disk quota exceeded")
+# what SQLite (SQLITE_FULL) and PostgreSQL (DiskFull: the C library's words) say when the
+# disk is full
+_OUT_OF_SPACE = ("database or disk is full", *OUT_OF_SPACE)
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock detected
 
 
