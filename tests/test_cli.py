@@ -445,7 +445,6 @@ def test_a_session_keeps_the_heap_a_long_running_process_would(
     assert faults["candidate"] < 3 * (8 << 20) // mmap.PAGESIZE // 64, faults
 
 
-
 def test_a_full_disk_during_a_build_is_a_clear_error_not_a_build_failure(
     tmp_path: Path, write_file: Callable[[str, str], Path], small_disk: tuple[Path, Any]
 ) -> None:
