@@ -67,6 +67,9 @@ class Row:
     why: str  # the exploit or bug, in a few words
     status: str = "rejected"
     also: tuple[str, ...] = ()  # checks that must be among the failed ones too
+    # fragments the reason may name in place of ``expect``'s: two checks catch the exploit,
+    # and the host's scheduling decides which fails first
+    instead: tuple[str, ...] = ()
     hole: str = ""  # non-empty: the current verifier accepts it (strict xfail), and why
 
 
@@ -86,8 +89,12 @@ CATALOGUE: list[Row] = [
         "modifies an input: exp(g) written into g"),
     Row("py_fold_beta_into_v.py", ("inputs unchanged", "v modified"),
         "modifies an input: beta folded into v in place"),
+    # a verifying process preempted for 8 ms after a call returns copies the outputs after
+    # the thread filled them: the settled check passes there, and the next call's
+    # outputs, read at return, are zeros
     Row("py_lazy_thread.py", ("outputs settled at return",),
-        "asynchronous output: zeros returned, filled by a thread 8 ms later"),
+        "asynchronous output: zeros returned, filled by a thread 8 ms later",
+        instead=("(fresh inputs, same buffers)': o matches reference",)),
     Row("py_lazy_first_call.py", ("outputs settled at return",),
         "asynchronous output on the first call of each shape only"),
     Row("py_state_in_place.py", ("inputs unchanged", "initial_state modified"),
@@ -176,11 +183,13 @@ def failed_checks(verdict: dict) -> list[str]:
 
 
 def assert_rejected(code: int, verdict: dict, expect: Sequence[str], status: str = "rejected",
-                    also: Sequence[str] = ()) -> None:
+                    also: Sequence[str] = (), instead: Sequence[str] = ()) -> None:
     summary = f"{verdict['status']}: {verdict['reason']}"
     assert verdict["status"] != "accepted", f"accepted: {summary}"
     assert code == 1, summary
     assert verdict["status"] == status, summary
+    if instead and all(fragment in verdict["reason"] for fragment in instead):
+        expect = instead
     for fragment in expect:
         assert fragment in verdict["reason"], f"{fragment!r} not in {summary}"
     failed = failed_checks(verdict)
@@ -201,7 +210,7 @@ def candidate(path: Path) -> Candidate:
 @pytest.mark.parametrize("row", [_param(row) for row in CATALOGUE])
 def test_verify_rejects_and_names_the_check(row: Row, workdir: Path) -> None:
     code, verdict = verify(CANDIDATES / row.file, workdir)
-    assert_rejected(code, verdict, row.expect, row.status, row.also)
+    assert_rejected(code, verdict, row.expect, row.status, row.also, row.instead)
 
 
 @pytest.fixture(scope="module")
