@@ -4,7 +4,9 @@ file helpers.
 Tests never touch the user's ``.swarmfab`` directory: every cache, store and champion goes
 under pytest's ``tmp_path``. The host's peaks are measured once per session, by its first
 run, into a file all of the session's workers share (``SWARMFAB_HOST_PEAKS``), not the
-user's own: figures measured while the suite keeps the cores busy are low. Torch in the
+user's own: figures measured while the suite keeps the cores busy are low. Compiled
+candidates are likewise shared through one build cache for the session
+(``SWARMFAB_BUILD_CACHE``); tests of a first build ask for ``no_shared_builds``. Torch in the
 test process runs on one thread: the tensors here are tiny, and on a busy machine OpenMP
 threads spinning against other processes make them tens of times slower. (Sandboxed jobs
 set their own thread count.)
@@ -24,6 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from swarmfab.backends._base import SHARED_BUILDS_ENV
 from swarmfab.kernels import DesignSpace
 from swarmfab.kernels._host import all_isa_names, isa_targets
 from swarmfab.records import Candidate
@@ -43,6 +46,25 @@ def host_peaks_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = root / "host-peaks.json"
     os.environ["SWARMFAB_HOST_PEAKS"] = str(path)
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One build cache for the session's compiled candidates (``SWARMFAB_BUILD_CACHE``),
+    shared by its workers and the runs they start: the same starting points are built
+    by many tests, each in a work directory of its own."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    path = root / "builds"
+    os.environ[SHARED_BUILDS_ENV] = str(path)
+    return path
+
+
+@pytest.fixture
+def no_shared_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests of a first build: no build of another test is reused."""
+    monkeypatch.delenv(SHARED_BUILDS_ENV, raising=False)
 
 
 @pytest.fixture(params=all_isa_names())

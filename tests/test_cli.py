@@ -446,7 +446,8 @@ def test_a_session_keeps_the_heap_a_long_running_process_would(
 
 
 def test_a_full_disk_during_a_build_is_a_clear_error_not_a_build_failure(
-    tmp_path: Path, write_file: Callable[[str, str], Path], small_disk: tuple[Path, Any]
+    tmp_path: Path, write_file: Callable[[str, str], Path], small_disk: tuple[Path, Any],
+    no_shared_builds: None,
 ) -> None:
     """The work directory on a 16 KiB file system: the compiler's link fails for want of
     space, which is the platform's problem, so the command stops with an error that says

@@ -6,6 +6,7 @@ and tiny hand-written kernels, not untrusted candidates.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from swarmfab.backends import CBackend
+from swarmfab.backends._base import SHARED_BUILDS_ENV
 from swarmfab.backends.c import parse_diagnostics
 from swarmfab.errors import BuildError, CandidateError
 from swarmfab.kernels import DesignSpace
@@ -36,7 +38,7 @@ def _c_candidate(source: str, name: str = "kernel.c", flags: tuple[str, ...] = (
 
 
 def test_template_builds_and_second_build_hits_the_cache(
-    tmp_path: Path, space: DesignSpace
+    tmp_path: Path, space: DesignSpace, no_shared_builds: None
 ) -> None:
     candidate = space.instantiate(space.default(), threads=1)
     backend = CBackend()
@@ -54,6 +56,70 @@ def test_template_builds_and_second_build_hits_the_cache(
     third = backend.build(other, tmp_path / "cache")
     assert not third.cached
     assert third.path != first.path
+
+
+def _counting_compiler(tmp_path: Path) -> tuple[str, Path]:
+    """gcc behind a script that logs every compilation (not ``--version``)."""
+    log, script = tmp_path / "compilations.log", tmp_path / "cc"
+    script.write_text(f'#!/bin/sh\ncase "$*" in *" -o "*) echo "$*" >> {log};; esac\n'
+                      'exec gcc "$@"\n')
+    script.chmod(0o755)
+    return str(script), log
+
+
+def _compilations(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_a_shared_build_cache_serves_every_work_directory(
+    tmp_path: Path, space: DesignSpace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiler, log = _counting_compiler(tmp_path)
+    backend, candidate = CBackend(compiler), space.instantiate(space.default(), threads=1)
+    monkeypatch.setenv(SHARED_BUILDS_ENV, str(tmp_path / "shared"))
+    first = backend.build(candidate, tmp_path / "run-a")
+    assert not first.cached and _compilations(log) == 1
+    kept = tmp_path / "shared" / "c" / first.path.parent.name / "kernel.so"
+    assert kept.read_bytes() == first.path.read_bytes()
+    # another work directory: the library is copied in, not compiled, and it works
+    second = backend.build(candidate, tmp_path / "run-b")
+    assert second.cached and _compilations(log) == 1
+    assert second.path.is_relative_to(tmp_path / "run-b") and not second.path.is_symlink()
+    assert backend.load(second, KDA(), fill_outputs=False) is not None
+    # no shared cache named: every work directory builds its own
+    monkeypatch.delenv(SHARED_BUILDS_ENV)
+    assert not backend.build(candidate, tmp_path / "run-c").cached
+    assert _compilations(log) == 2
+
+
+def test_a_shared_build_cache_that_cannot_be_written_only_stops_the_sharing(
+    tmp_path: Path, space: DesignSpace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiler, log = _counting_compiler(tmp_path)
+    backend, candidate = CBackend(compiler), space.instantiate(space.default(), threads=1)
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(SHARED_BUILDS_ENV, str(tmp_path / "a-file" / "shared"))
+    assert not backend.build(candidate, tmp_path / "run-a").cached
+    assert not backend.build(candidate, tmp_path / "run-b").cached
+    assert _compilations(log) == 2
+
+
+def test_a_shared_entry_without_its_library_is_not_reused(
+    tmp_path: Path, space: DesignSpace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a build left half-copied (the library is copied last) is built again."""
+    candidate = space.instantiate(space.default(), threads=1)
+    monkeypatch.setenv(SHARED_BUILDS_ENV, str(tmp_path / "shared"))
+    entry = tmp_path / "shared" / "c" / CBackend().cache_key(candidate)
+    entry.mkdir(parents=True)
+    (entry / "ptxas.txt").write_text("left over\n")
+    (entry / ".kernel.so.3f2a").write_bytes(b"another process's copy in flight")
+    built = CBackend().build(candidate, tmp_path / "run")
+    assert not built.cached
+    assert sorted(os.listdir(entry)) == [".kernel.so.3f2a", "kernel.so", "ptxas.txt"]
+    # a later work directory takes the whole build, and nothing another copy left
+    again = CBackend().build(candidate, tmp_path / "again")
+    assert again.cached and sorted(os.listdir(again.path.parent)) == ["kernel.so", "ptxas.txt"]
 
 
 @pytest.mark.parametrize(

@@ -61,7 +61,9 @@ def test_triton_candidates_do_not_load_without_a_device(tmp_path: Path) -> None:
 
 
 @needs_nvcc
-def test_cuda_builds_keep_ptxas_report_and_key_the_cache_by_architecture(tmp_path: Path) -> None:
+def test_cuda_builds_keep_ptxas_report_and_key_the_cache_by_architecture(
+    tmp_path: Path, no_shared_builds: None
+) -> None:
     hopper = CudaBackend(arch="sm_90a").build(_cuda(KERNEL), tmp_path)
     report = (hopper.path.parent / "ptxas.txt").read_text()
     assert "registers" in report and "spill" in report

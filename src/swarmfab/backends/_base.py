@@ -3,13 +3,22 @@
 ``build`` runs in the trusted parent (it only invokes a compiler) and returns an
 :class:`Artifact` on disk; ``load`` runs inside a sandboxed worker, where the candidate's
 own code first executes. Backends hold no per-candidate state and are safe to share.
+
+Compiled backends keep each build in the work directory, under a key of everything that
+decides the library (sources, flags, compiler, target). Where ``SWARMFAB_BUILD_CACHE``
+names a directory, a build is also kept there under the same key and reused by every
+work directory (several runs, a CI job, the test suite): :func:`reuse_shared` and
+:func:`share`. Only the user should write that directory: a library found there is
+loaded as it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
+import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +27,10 @@ from swarmfab.errors import OUT_OF_SPACE
 from swarmfab.records import Candidate
 from swarmfab.workloads import Forward, Workload
 
-__all__ = ["Artifact", "Backend", "compiler_env", "raise_if_out_of_space"]
+__all__ = ["SHARED_BUILDS_ENV", "Artifact", "Backend", "compiler_env", "raise_if_out_of_space",
+           "reuse_shared", "share"]
+
+SHARED_BUILDS_ENV = "SWARMFAB_BUILD_CACHE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +66,49 @@ class Backend(ABC):
     def describe(self) -> dict[str, str]:
         """Facts about the toolchain (compiler version...) for provenance. Optional."""
         return {}
+
+
+def _shared(key_dir: Path) -> Path | None:
+    """``key_dir`` (``<work dir>/<backend>/<key>``) in the shared build cache, if one is set."""
+    root = os.environ.get(SHARED_BUILDS_ENV)
+    return Path(root).resolve() / key_dir.parent.name / key_dir.name if root else None
+
+
+def _copy_files(source: Path, target: Path, last: str) -> None:
+    """Copy every file of ``source`` into ``target``, each atomically, ``last`` (the file
+    whose presence marks a whole build) after the others; another process's copies in
+    flight (hidden files) are not taken."""
+    target.mkdir(parents=True, exist_ok=True)
+    names = sorted((p.name for p in source.iterdir() if p.is_file() and p.name[0] != "."),
+                   key=lambda n: n == last)
+    for name in names:
+        partial = target / f".{name}.{uuid.uuid4().hex}"
+        try:
+            shutil.copyfile(source / name, partial)
+            os.replace(partial, target / name)
+        finally:
+            partial.unlink(missing_ok=True)
+
+
+def reuse_shared(target: Path) -> bool:
+    """Fill ``target``'s directory from the shared build cache, where that holds the same
+    build; False where none is set or it lacks the build. An OSError means the work
+    directory cannot be written (the evaluator reports it as the platform's problem)."""
+    shared = _shared(target.parent)
+    if shared is None or not (shared / target.name).is_file():
+        return False
+    _copy_files(shared, target.parent, last=target.name)
+    return True
+
+
+def share(target: Path) -> None:
+    """Keep a finished build (``target`` and the files beside it) in the shared build
+    cache, if one is set. It only saves later builds: one that cannot be kept there (a
+    full or read-only disk) is still a build."""
+    shared = _shared(target.parent)
+    if shared is not None:
+        with contextlib.suppress(OSError):
+            _copy_files(target.parent, shared, last=target.name)
 
 
 def compiler_env() -> dict[str, str]:

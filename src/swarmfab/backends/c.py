@@ -17,7 +17,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from swarmfab.backends._base import Artifact, Backend, compiler_env, raise_if_out_of_space
+from swarmfab.backends._base import (
+    Artifact,
+    Backend,
+    compiler_env,
+    raise_if_out_of_space,
+    reuse_shared,
+    share,
+)
 from swarmfab.errors import BuildError, CandidateError, Diagnostic
 from swarmfab.records import Candidate
 from swarmfab.workloads import Forward, Workload
@@ -83,7 +90,7 @@ class CBackend(Backend):
 
     def build(self, candidate: Candidate, cache_dir: Path) -> Artifact:
         target = cache_dir.resolve() / "c" / self.cache_key(candidate) / "kernel.so"
-        if target.exists():
+        if target.exists() or reuse_shared(target):
             return Artifact(self.name, target, cached=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
@@ -96,6 +103,7 @@ class CBackend(Backend):
                        str(Path(scratch) / candidate.entry), "-lm"]
             self._compile(command, cwd=Path(scratch))
             os.replace(output, target)  # atomic: a reader never sees half a library
+        share(target)
         return Artifact(self.name, target)
 
     def _compile(self, command: list[str], cwd: Path) -> None:

@@ -22,7 +22,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from swarmfab.backends._base import Artifact, Backend, compiler_env, raise_if_out_of_space
+from swarmfab.backends._base import (
+    Artifact,
+    Backend,
+    compiler_env,
+    raise_if_out_of_space,
+    reuse_shared,
+    share,
+)
 from swarmfab.backends.c import load_symbol
 from swarmfab.backends.c import parse_diagnostics as parse_host_diagnostics
 from swarmfab.backends.python import PythonBackend
@@ -152,7 +159,7 @@ class CudaBackend(Backend):
             raise BuildError("nvcc is not on PATH: install the CUDA toolkit (12.4 or later) "
                              "to build cuda candidates")
         target = cache_dir.resolve() / "cuda" / self.cache_key(candidate, nvcc) / "kernel.so"
-        if target.exists():
+        if target.exists() or reuse_shared(target):
             return Artifact(self.name, target, cached=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
@@ -166,6 +173,7 @@ class CudaBackend(Backend):
             log = _run_nvcc(command, Path(scratch))
             (target.parent / "ptxas.txt").write_text(ptxas_usage(log))
             os.replace(output, target)  # atomic: a reader never sees half a library
+        share(target)
         return Artifact(self.name, target)
 
     def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
