@@ -58,6 +58,10 @@ VARIANTS: list[tuple[str, dict[str, KnobValue]]] = [
                                         "output_stores": "streaming"}),
     ("recurrent-groups-of-4-no-prefetch", {**RECURRENT, "token_group": 4, "row_group": 1,
                                            "input_prefetch": "none"}),
+    # blocks of prepared tokens longer than the default's 16, with groups that fill them
+    ("recurrent-blocks-of-64-groups-of-8", {**RECURRENT, "block_tokens": 64, "token_group": 8}),
+    ("recurrent-blocks-of-32-eager-fused", {**RECURRENT, "block_tokens": 32, "decay": "eager",
+                                            "passes": "fused"}),
     ("recurrent-streamed-partial-tiles", {**RECURRENT, "output_stores": "streaming",
                                           "tile_v": 64, "token_group": 1}),
     # a group's projection runs a tile in slices its registers hold (32 columns for groups

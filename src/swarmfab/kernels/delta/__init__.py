@@ -40,8 +40,8 @@ _PARALLEL = {"serial": 0, "heads": 1, "tiles": 2}
 _PASSES = {"separate": 4, "fused": 2, "pipelined": 1}
 _OUTPUT_PAGES = {"small": 0, "huge": 1, "populated": 2}
 # what only the recurrence's tiles read: a one-token call with decode=direct never does
-_TILE_KNOBS = frozenset({"passes", "decay", "tile_v", "token_group", "row_group",
-                         "state_layout", "output_stores", "input_prefetch"})
+_TILE_KNOBS = frozenset({"passes", "decay", "tile_v", "token_group", "block_tokens",
+                         "row_group", "state_layout", "output_stores", "input_prefetch"})
 
 
 _ADVISED_BYTES = 2 * 2**20  # common.h: smaller outputs are left as they are (DELTA_HUGE)
@@ -83,6 +83,7 @@ def _recurrent_defines(setting: Setting, threads: int) -> list[str]:
     grouped = setting["decay"] == "deferred" and not vmajor  # groups need both
     return [
         f"#define RC_BV {setting['tile_v']}",
+        f"#define RC_NB {setting['block_tokens']}",
         f"#define RC_PASSES {2 if vmajor and passes == 4 else passes}",  # a row is swept whole
         f"#define RC_DEFERRED {1 if setting['decay'] == 'deferred' else 0}",
         f"#define RC_PARALLEL {_PARALLEL[str(setting['parallel'])]}",
@@ -147,11 +148,12 @@ def delta_space(workload: str) -> DesignSpace:
     agents search around them. The recurrence's own knobs default to its best-engineered
     form (deferred decay, groups of 4 tokens per pair of sweeps, inputs and the next
     job's state prefetched, outputs streamed past the cache: 1.06-1.15x at prefill on a
-    2-core Zen 4, 1.07-1.4x on a 2-core Xeon), so the single move to that template
-    compares the two algorithms at their best, not at their most naive. At one token per
-    sequence the recurrence updates each state where it lies (``decode=direct``): B256
-    decode in place ran 1.7x faster so on a 2-core Zen 4, near an in-place scale of the
-    pool.
+    2-core Zen 4, 1.07-1.4x on a 2-core Xeon; blocks of 16 tokens, whose prepared rows
+    stay in L1: 1.03-1.07x at the 32 MiB prefill shapes on that Xeon), so the single move
+    to that template compares the two algorithms at their best, not at their most naive.
+    At one token per sequence the recurrence updates each state where it lies
+    (``decode=direct``): B256 decode in place ran 1.7x faster so on a 2-core Zen 4, near
+    an in-place scale of the pool.
 
     Where the compiler tunes an AVX-512 host for narrower vectors (GCC does on most Intel
     cores), 512-bit vectors are a starting point
@@ -206,6 +208,10 @@ def delta_space(workload: str) -> DesignSpace:
             Knob("token_group", "tiling", (1, 2, 4, 8), 4, ordered=True,
                  help="recurrence with deferred decay: tokens whose updates one pair of "
                       "sweeps over the state applies (1: token by token)"),
+            Knob("block_tokens", "tiling", (16, 32, 64), 16, ordered=True,
+                 help="recurrence: tokens whose rescaled queries and keys are prepared at "
+                      "once (few: they stay in L1 beside a state tile; the next block's "
+                      "inputs are asked for this far ahead)"),
             Knob("micro_cols", "tiling", (16, 32, 64), 32, ordered=True,
                  help="chunked: columns a micro-kernel keeps in registers"),
             Knob("register_rows", "vectorisation", (2, 4, 8, 12), 4, ordered=True,

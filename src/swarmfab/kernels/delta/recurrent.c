@@ -20,6 +20,10 @@
  *
  * Knobs (set as #defines by the design space):
  *   RC_BV        value columns per state tile
+ *   RC_NB        tokens prepared at once (a block): its rescaled rows of q and k, read by
+ *                every sweep of every tile, stay in L1 beside a 16 KB tile when the block
+ *                is short (16 tokens: 32 KB at K = 128); the next block's inputs are asked
+ *                for this many tokens ahead
  *   RC_PASSES    sweeps over a tile per token: 4 (decay; S^T k; update; readout),
  *                2 (decay with S^T k; update with readout), or 1 (update, readout and the
  *                next token's decay and S^T k in one sweep: one load and one store per
@@ -133,7 +137,9 @@ store_outputs(float *restrict ot, const float *restrict out, const int bv)
 }
 
 #define RC_UNROLL _Pragma("GCC unroll 16")
+#ifndef RC_NB
 #define RC_NB 64               /* tokens prepared at once */
+#endif
 #define RC_V_AHEAD 4           /* tokens ahead a tile asks for its values */
 
 /* A token's rows of q, k, g and v lie H*K or HV*V floats from the previous token's: too
