@@ -122,6 +122,21 @@ def test_a_shared_entry_without_its_library_is_not_reused(
     assert again.cached and sorted(os.listdir(again.path.parent)) == ["kernel.so", "ptxas.txt"]
 
 
+def test_a_shared_build_removed_while_it_is_copied_is_built_instead(
+    tmp_path: Path, space: DesignSpace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    candidate = space.instantiate(space.default(), threads=1)
+    monkeypatch.setenv(SHARED_BUILDS_ENV, str(tmp_path / "shared"))
+    CBackend().build(candidate, tmp_path / "run-a")
+
+    def gone(*args: object, **kwargs: object) -> None:
+        raise FileNotFoundError("removed by another process")
+
+    monkeypatch.setattr("swarmfab.backends._base.shutil.copyfile", gone)
+    built = CBackend().build(candidate, tmp_path / "run-b")
+    assert not built.cached and built.path.is_file()
+
+
 @pytest.mark.parametrize(
     "case_name", ["tail-not-chunk-multiple", "gva-2x-k-ne-v", "gva-4x-scale-1"]
 )

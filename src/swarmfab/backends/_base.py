@@ -92,12 +92,16 @@ def _copy_files(source: Path, target: Path, last: str) -> None:
 
 def reuse_shared(target: Path) -> bool:
     """Fill ``target``'s directory from the shared build cache, where that holds the same
-    build; False where none is set or it lacks the build. An OSError means the work
-    directory cannot be written (the evaluator reports it as the platform's problem)."""
+    build; False where none is set, it lacks the build, or the build went while it was
+    copied (it is then built). Another OSError means the work directory cannot be
+    written (the evaluator reports it as the platform's problem)."""
     shared = _shared(target.parent)
     if shared is None or not (shared / target.name).is_file():
         return False
-    _copy_files(shared, target.parent, last=target.name)
+    try:
+        _copy_files(shared, target.parent, last=target.name)
+    except FileNotFoundError:
+        return False
     return True
 
 
