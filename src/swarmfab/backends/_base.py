@@ -7,9 +7,9 @@ own code first executes. Backends hold no per-candidate state and are safe to sh
 Compiled backends keep each build in the work directory, under a key of everything that
 decides the library (sources, flags, compiler, target). Where ``SWARMFAB_BUILD_CACHE``
 names a directory, a build is also kept there under the same key and reused by every
-work directory (several runs, a CI job, the test suite): :func:`reuse_shared` and
-:func:`share`. Only the user should write that directory: a library found there is
-loaded as it is.
+work directory (several runs, a CI job, the test suite). :func:`build_library` does both
+for every compiled backend. Only the user should write that directory: a library found
+there is loaded as it is.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import contextlib
 import errno
 import os
 import shutil
+import tempfile
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +29,8 @@ from swarmfab.errors import OUT_OF_SPACE
 from swarmfab.records import Candidate
 from swarmfab.workloads import Forward, Workload
 
-__all__ = ["SHARED_BUILDS_ENV", "Artifact", "Backend", "compiler_env", "raise_if_out_of_space",
-           "reuse_shared", "share"]
+__all__ = ["SHARED_BUILDS_ENV", "Artifact", "Backend", "build_library", "compiler_env",
+           "raise_if_out_of_space"]
 
 SHARED_BUILDS_ENV = "SWARMFAB_BUILD_CACHE"
 
@@ -90,7 +92,7 @@ def _copy_files(source: Path, target: Path, last: str) -> None:
             partial.unlink(missing_ok=True)
 
 
-def reuse_shared(target: Path) -> bool:
+def _reuse_shared(target: Path) -> bool:
     """Fill ``target``'s directory from the shared build cache, where that holds the same
     build; False where none is set, it lacks the build, or the build went while it was
     copied (it is then built). Another OSError means the work directory cannot be
@@ -105,7 +107,7 @@ def reuse_shared(target: Path) -> bool:
     return True
 
 
-def share(target: Path) -> None:
+def _share(target: Path) -> None:
     """Keep a finished build (``target`` and the files beside it) in the shared build
     cache, if one is set. It only saves later builds: one that cannot be kept there (a
     full or read-only disk) is still a build."""
@@ -113,6 +115,28 @@ def share(target: Path) -> None:
     if shared is not None:
         with contextlib.suppress(OSError):
             _copy_files(target.parent, shared, last=target.name)
+
+
+def build_library(backend: str, candidate: Candidate, target: Path,
+                  compile_into: Callable[[Path, Path], None]) -> Artifact:
+    """The library ``target`` (``<work dir>/<backend>/<key>/<file>``): the one already
+    there, or the shared build cache's copy, or a new build. ``compile_into(scratch,
+    output)`` compiles the candidate's sources, written into ``scratch``, to ``output``;
+    the library then takes ``target``'s place in one step (a reader never sees half of
+    it) and is shared."""
+    if target.exists() or _reuse_shared(target):
+        return Artifact(backend, target, cached=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        for rel, text in candidate.sources.items():
+            path = Path(scratch) / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        output = Path(scratch) / target.name
+        compile_into(Path(scratch), output)
+        os.replace(output, target)
+    _share(target)
+    return Artifact(backend, target)
 
 
 def compiler_env() -> dict[str, str]:

@@ -13,17 +13,15 @@ import os
 import platform
 import re
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from swarmfab.backends._base import (
     Artifact,
     Backend,
+    build_library,
     compiler_env,
     raise_if_out_of_space,
-    reuse_shared,
-    share,
 )
 from swarmfab.errors import BuildError, CandidateError, Diagnostic
 from swarmfab.records import Candidate
@@ -89,22 +87,12 @@ class CBackend(Backend):
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
 
     def build(self, candidate: Candidate, cache_dir: Path) -> Artifact:
+        def compile_into(scratch: Path, output: Path) -> None:
+            self._compile([self.compiler, *candidate.flags, *_BASE_FLAGS, "-o", str(output),
+                           str(scratch / candidate.entry), "-lm"], cwd=scratch)
+
         target = cache_dir.resolve() / "c" / self.cache_key(candidate) / "kernel.so"
-        if target.exists() or reuse_shared(target):
-            return Artifact(self.name, target, cached=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-            for rel, text in candidate.sources.items():
-                path = Path(scratch) / rel
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-            output = Path(scratch) / "kernel.so"
-            command = [self.compiler, *candidate.flags, *_BASE_FLAGS, "-o", str(output),
-                       str(Path(scratch) / candidate.entry), "-lm"]
-            self._compile(command, cwd=Path(scratch))
-            os.replace(output, target)  # atomic: a reader never sees half a library
-        share(target)
-        return Artifact(self.name, target)
+        return build_library(self.name, candidate, target, compile_into)
 
     def _compile(self, command: list[str], cwd: Path) -> None:
         try:

@@ -19,16 +19,14 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from swarmfab.backends._base import (
     Artifact,
     Backend,
+    build_library,
     compiler_env,
     raise_if_out_of_space,
-    reuse_shared,
-    share,
 )
 from swarmfab.backends.c import load_symbol
 from swarmfab.backends.c import parse_diagnostics as parse_host_diagnostics
@@ -159,22 +157,13 @@ class CudaBackend(Backend):
             raise BuildError("nvcc is not on PATH: install the CUDA toolkit (12.4 or later) "
                              "to build cuda candidates")
         target = cache_dir.resolve() / "cuda" / self.cache_key(candidate, nvcc) / "kernel.so"
-        if target.exists() or reuse_shared(target):
-            return Artifact(self.name, target, cached=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-            for rel, text in candidate.sources.items():
-                path = Path(scratch) / rel
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-            output = Path(scratch) / "kernel.so"
-            command = [nvcc, f"-arch={self.arch}", *candidate.flags, *_NVCC_BASE_FLAGS,
-                       "-o", str(output), str(Path(scratch) / candidate.entry)]
-            log = _run_nvcc(command, Path(scratch))
+
+        def compile_into(scratch: Path, output: Path) -> None:
+            log = _run_nvcc([nvcc, f"-arch={self.arch}", *candidate.flags, *_NVCC_BASE_FLAGS,
+                             "-o", str(output), str(scratch / candidate.entry)], scratch)
             (target.parent / "ptxas.txt").write_text(ptxas_usage(log))
-            os.replace(output, target)  # atomic: a reader never sees half a library
-        share(target)
-        return Artifact(self.name, target)
+
+        return build_library(self.name, candidate, target, compile_into)
 
     def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
         if not cuda_device_available():
