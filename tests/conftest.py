@@ -36,14 +36,18 @@ from swarmfab.workloads.kda import KDA
 torch.set_num_threads(1)
 
 
+def _session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory all of the session's pytest-xdist workers share (the parent of their
+    base directories), or the base directory without workers."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
 @pytest.fixture(scope="session", autouse=True)
 def host_peaks_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session's host-peaks file, one for all of pytest-xdist's workers (they share
-    the parent of their base directories); runs started as subprocesses inherit it."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
-    path = root / "host-peaks.json"
+    """The session's host-peaks file, one for all of its workers; runs started as
+    subprocesses inherit it."""
+    path = _session_root(tmp_path_factory) / "host-peaks.json"
     os.environ["SWARMFAB_HOST_PEAKS"] = str(path)
     return path
 
@@ -53,10 +57,7 @@ def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One build cache for the session's compiled candidates (``SWARMFAB_BUILD_CACHE``),
     shared by its workers and the runs they start: the same starting points are built
     by many tests, each in a work directory of its own."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
-    path = root / "builds"
+    path = _session_root(tmp_path_factory) / "builds"
     os.environ[SHARED_BUILDS_ENV] = str(path)
     return path
 
