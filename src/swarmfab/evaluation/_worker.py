@@ -7,6 +7,7 @@ that tampers with its own process cannot change how it is judged.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,9 @@ from swarmfab.workloads import Case, Forward, Inputs, Outputs, Workload, get_wor
 
 __all__ = ["CaseRun", "Implementation", "ShapeRun", "case_runs", "run_cases",
            "serve_implementation", "tensors"]
+
+_SETTLED = "outputs settled at return"
+_CHANGED = "changed after the call returned"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,39 +136,62 @@ def run_cases(
         gpu_probes.poison_device_memory()
     workload = get_workload(workload_name)
     forward = get_backend(artifact.backend).load(artifact, workload, fill_outputs=True)
-    runs = []
+    runs: list[CaseRun] = []
+    unsettled: dict[int, probes.Settling] = {}  # index in runs -> first outputs at return
     for case in cases:
         try:
-            runs.append(_probe_case(workload, forward, case, device))
+            run, settling = _probe_case(workload, forward, case, device)
         except Exception as exc:  # the candidate's failure is data, not a worker failure
             runs.append(CaseRun(case.name, error=f"raised {type(exc).__name__}: {exc}"))
-    if runs and runs[-1].error is None:
+            continue
+        if settling is not None:
+            unsettled[len(runs)] = settling
+        runs.append(run)
+    # one pause after the last call settles every case's first outputs at once (each has
+    # had at least that long since its call returned): the idle probe's, where it runs
+    idle = bool(runs) and runs[-1].error is None
+    probes.settle(list(unsettled.values()), pause=not idle)
+    if idle:
         busy = probes.cpu_while_idle()
         runs[-1].findings["no work after return"] = (
             f"{busy * 1e3:.0f} ms of CPU in a {probes.IDLE_SECONDS * 1e3:.0f} ms pause after "
             "the last call returned" if busy > probes.IDLE_CPU_LIMIT else ""
         )
+    for index, settling in unsettled.items():
+        runs[index].findings[_SETTLED] = _names(settling.changed(), _CHANGED)
+        runs[index] = dataclasses.replace(runs[index], outputs=_detached(settling.outputs))
     return runs
 
 
-def _probe_case(workload: Workload, forward: Forward, case: Case, device: str) -> CaseRun:
+def _probe_case(workload: Workload, forward: Forward, case: Case, device: str
+                ) -> tuple[CaseRun, probes.Settling | None]:
+    """One case's calls under the probes. Its first call's outputs are read again after
+    a pause ("outputs settled at return"), and those are the ones compared: here, where
+    an output shares an input's memory (a state pool written in place, or an aliasing
+    bug), since the probes refill the inputs next; otherwise by the caller, after every
+    case (returned: a :class:`probes.Settling`)."""
     inputs = _on_device(workload.make_inputs(case), device)
     pristine = probes.snapshot(inputs)
     outputs = _call(workload, forward, inputs)
+    settling = probes.Settling(outputs)
     in_place = workload.written_in_place(inputs)
+    aliased = probes.aliased_outputs(outputs, inputs, in_place)
     findings = {
         "inputs unchanged": _names(probes.modified_inputs(pristine, inputs, in_place),
                                    "modified"),
-        "outputs do not alias inputs": _names(probes.aliased_outputs(outputs, inputs, in_place),
-                                              "share memory with an input"),
-        "outputs settled at return": _names(probes.unsettled_outputs(outputs),
-                                            "changed after the call returned"),
+        "outputs do not alias inputs": _names(aliased, "share memory with an input"),
+        _SETTLED: "",  # found by the caller, unless settled below
     }
+    first: dict[str, torch.Tensor] | None = None
+    deferred: probes.Settling | None = settling
+    if in_place or aliased:  # outputs in an input's memory, which the next calls refill
+        probes.settle([settling])
+        findings[_SETTLED] = _names(settling.changed(), _CHANGED)
+        first, deferred = _detached(outputs), None
     children = probes.child_processes()
     findings["no processes left running"] = (
         f"{len(children)} child process(es) still running" if children else ""
     )
-    first = _detached(outputs)
     with torch.no_grad():
         lean = workload.call_lean(forward, inputs)
     twin = workload.make_inputs(probes.twin_case(case))
@@ -177,7 +204,7 @@ def _probe_case(workload: Workload, forward: Forward, case: Case, device: str) -
     findings["deterministic"] = "" if same else "the same inputs gave different outputs"
     return CaseRun(case.name, outputs=first, twin_outputs=twin_outputs,
                    lean_outputs=None if lean is None else _detached(lean),
-                   nudged_outputs=nudged_outputs, findings=findings)
+                   nudged_outputs=nudged_outputs, findings=findings), deferred
 
 
 def _names(names: tuple[str, ...], what: str) -> str:

@@ -9,7 +9,9 @@ known exploit:
   pool updated in place is the one input its output is, :meth:`Workload.written_in_place`;
   its every state, decoded or not, is then compared with the reference);
 - outputs settled at return: no thread or process may finish the work later
-  (the outputs are re-read after a pause; lazy or asynchronous results change);
+  (the outputs are re-read after a pause; lazy or asynchronous results change). Every
+  case's outputs can share one pause (:class:`Settling`, :func:`settle`): each has had
+  at least that long;
 - no processes left running: a candidate's children outlive nothing;
 - no work after return: the process is idle in a pause after the last call (a thread
   left burning CPU, or work done off the clock, shows up);
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -35,19 +37,21 @@ from swarmfab.workloads import Case, Inputs
 
 __all__ = [
     "SETTLE_SECONDS",
+    "Settling",
     "aliased_outputs",
     "child_processes",
     "cpu_while_idle",
     "modified_inputs",
     "nudge_seed",
     "nudged",
+    "settle",
     "snapshot",
     "twin_case",
     "unsettled_outputs",
     "write_into",
 ]
 
-SETTLE_SECONDS = 0.02
+SETTLE_SECONDS = 0.02  # outputs re-read at least this long after their call returned
 SPIN_DOWN_SECONDS = 0.1  # thread pools spin a little after a call before they sleep
 IDLE_SECONDS = 0.3  # then the process should be idle for this long
 IDLE_CPU_LIMIT = 0.03  # CPU seconds it may burn in that pause (10% of one core)
@@ -119,17 +123,38 @@ def aliased_outputs(outputs: Mapping[str, torch.Tensor], inputs: Inputs,
     return tuple(found)
 
 
-def unsettled_outputs(outputs: Mapping[str, torch.Tensor]) -> tuple[str, ...]:
-    """Outputs that still change after the call returned (re-read after a pause).
+class Settling:
+    """One call's outputs as they were when it returned, to be read again after a pause.
 
-    On a CUDA device the first read is queued on the caller's stream, as a user's next
-    operation would be; the second follows a device-wide synchronisation, so work left
-    on a side stream (unordered with the caller's) shows as a change."""
-    first = {n: t.detach().clone() for n, t in outputs.items() if isinstance(t, torch.Tensor)}
-    if any(t.is_cuda for t in first.values()):
+    On a CUDA device the copy is queued on the caller's stream, as a user's next
+    operation would be; :meth:`changed` follows a device-wide synchronisation, so work
+    left on a side stream (unordered with the caller's) shows as a change. Many calls'
+    outputs can share one pause (:func:`settle`): each has had at least that long."""
+
+    def __init__(self, outputs: Mapping[str, torch.Tensor]):
+        self.outputs = {n: t for n, t in outputs.items() if isinstance(t, torch.Tensor)}
+        self.first = {n: t.detach().clone() for n, t in self.outputs.items()}
+
+    def changed(self) -> tuple[str, ...]:
+        """Outputs that differ from their copy at return (after :func:`settle`)."""
+        return tuple(n for n, t in self.first.items() if not torch.equal(t, self.outputs[n]))
+
+
+def settle(settlings: Sequence[Settling], pause: bool = True) -> None:
+    """Let ``settlings``' outputs settle: every device's queued work finished, then a
+    pause of :data:`SETTLE_SECONDS` (``pause=False`` where the caller pauses at least
+    that long itself)."""
+    if any(t.is_cuda for s in settlings for t in s.first.values()):
         torch.cuda.synchronize()
-    time.sleep(SETTLE_SECONDS)
-    return tuple(n for n, t in first.items() if not torch.equal(t, outputs[n]))
+    if pause:
+        time.sleep(SETTLE_SECONDS)
+
+
+def unsettled_outputs(outputs: Mapping[str, torch.Tensor]) -> tuple[str, ...]:
+    """Outputs that still change after the call returned (re-read after a pause)."""
+    settling = Settling(outputs)
+    settle([settling])
+    return settling.changed()
 
 
 def cpu_while_idle() -> float:
