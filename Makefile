@@ -33,17 +33,20 @@ demo: $(STAMP)
 
 # the suite on every core the process may use (pytest-xdist; most tests wait on child
 # processes, so two workers on 2 cores take ~60% of the time of one), then the tests
-# marked exclusive alone; TEST_WORKERS=0 runs the first part in one process. Each part
-# names its slowest tests (the suite's time on 2 cores is a budget)
+# marked exclusive alone; TEST_WORKERS=0 runs the first part in one process. Each worker
+# takes one module at a time, the longest first (tests/durations.json; see
+# tests/conftest.py). Each part names its slowest tests (the suite's time on 2 cores is a
+# budget)
 TEST_WORKERS ?= auto
+TEST_DIST := --dist loadscope --no-loadscope-reorder
 test: $(DEV_STAMP)
 	$(MAKE) lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not exclusive" --durations=25
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) -m "not exclusive" --durations=25
 	$(BIN)/python -m pytest -q -m exclusive --durations=10
 
 # the suite without the tests marked slow: a few minutes on 2 cores
 test-fast: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) -m "not slow"
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests

@@ -11,6 +11,10 @@ test process runs on one thread: the tensors here are tiny, and on a busy machin
 threads spinning against other processes make them tens of times slower. (Sandboxed jobs
 set their own thread count.)
 
+The modules start in descending order of their time in the last recorded run
+(``tests/durations.json``; ``--store-durations`` records it again), and ``make test`` hands
+each pytest-xdist worker one module at a time.
+
 Nothing here assumes the host's instruction set: the ``isa`` fixture offers every value
 the design space's vector knob can take on some CPU, and skips, saying why, the ones this
 CPU cannot run (an AVX2-only host skips ``avx512``; an AVX-512 host runs them all).
@@ -18,8 +22,11 @@ CPU cannot run (an AVX2-only host skips ``avx512``; an AVX-512 host runs them al
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
 import subprocess
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,8 +42,51 @@ from swarmfab.workloads.kda import KDA
 
 torch.set_num_threads(1)
 
+# -- the order modules start in ------------------------------------------------------
+# `make test` hands each pytest-xdist worker one module at a time (--dist loadscope), in
+# collection order: the longest modules, by their time in the last full run recorded
+# here, go first, so the last ones to start are short and no worker idles at the end
+# while another finishes a long one. A module not recorded counts as an average one.
+DURATIONS = Path(__file__).with_name("durations.json")
+_measured: Counter[str] = Counter()
 
-def _session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store-durations", action="store_true",
+                     help=f"record each module's time in this run in {DURATIONS.name} (the "
+                          "order modules start in); run the whole suite with it")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    unknown = statistics.mean(recorded.values()) if recorded else 0.0
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first.setdefault(_module(item.nodeid), index)
+    items.sort(key=lambda item: (-recorded.get(_module(item.nodeid), unknown),
+                                 first[_module(item.nodeid)]))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _measured[_module(report.nodeid)] += report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not session.config.getoption("store_durations") or hasattr(session.config,
+                                                                  "workerinput"):
+        return  # only the controller of an xdist run, which hears every worker's reports
+    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    recorded.update({module: round(seconds, 1) for module, seconds in _measured.items()})
+    DURATIONS.write_text(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n")
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+
+@pytest.fixture(scope="session")
+def session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory all of the session's pytest-xdist workers share (the parent of their
     base directories), or the base directory without workers."""
     root = tmp_path_factory.getbasetemp()
@@ -44,20 +94,20 @@ def _session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def host_peaks_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def host_peaks_file(session_root: Path) -> Path:
     """The session's host-peaks file, one for all of its workers; runs started as
     subprocesses inherit it."""
-    path = _session_root(tmp_path_factory) / "host-peaks.json"
+    path = session_root / "host-peaks.json"
     os.environ["SWARMFAB_HOST_PEAKS"] = str(path)
     return path
 
 
 @pytest.fixture(scope="session", autouse=True)
-def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shared_build_cache(session_root: Path) -> Path:
     """One build cache for the session's compiled candidates (``SWARMFAB_BUILD_CACHE``),
     shared by its workers and the runs they start: the same starting points are built
     by many tests, each in a work directory of its own."""
-    path = _session_root(tmp_path_factory) / "builds"
+    path = session_root / "builds"
     os.environ[SHARED_BUILDS_ENV] = str(path)
     return path
 

@@ -1,4 +1,5 @@
-"""A store holding one short, real KDA run (session-wide), and a headless Chromium.
+"""A store holding one short, real KDA run (one for the session, all of its workers), and
+a headless Chromium.
 
 The run is the real thing (`python -m swarmfab run`), kept short: two small shapes, one
 thread, ten evaluations (``--max-evaluations`` ends it; the budget is generous, so a busy
@@ -8,6 +9,8 @@ Screenshots go to ``out/test-artifacts/`` (git-ignored) for a person to look at.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
 import sqlite3
@@ -49,10 +52,23 @@ class RecordedRun:
 
 
 @pytest.fixture(scope="session")
-def recorded_run(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
+def recorded_run(session_root: Path) -> RecordedRun:
+    """Made once for the session: the first worker to need it runs it, holding a lock
+    the others wait on, and leaves what it recorded for them."""
     if shutil.which("gcc") is None:
         pytest.skip("needs gcc to build the run's candidates")
-    home = tmp_path_factory.mktemp("recorded-run")
+    home = session_root / "recorded-run"
+    with open(session_root / "recorded-run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (home / "recorded.json").exists():
+            _record_run(home)
+    recorded = json.loads((home / "recorded.json").read_text())
+    return RecordedRun(home / "store.db", recorded["run"], recorded["champion"])
+
+
+def _record_run(home: Path) -> None:
+    shutil.rmtree(home, ignore_errors=True)  # another worker's attempt that failed
+    home.mkdir()
     (home / "goal.toml").write_text(GOAL)
     db = home / "store.db"
     done = subprocess.run(
@@ -64,12 +80,16 @@ def recorded_run(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
     assert done.returncode == 0, done.stdout + done.stderr
     run = Store(db).run("latest")
     assert run.champion_id is not None, done.stdout
-    return RecordedRun(db, run.id, run.champion_id)
+    (home / "recorded.json").write_text(json.dumps({"run": run.id,
+                                                    "champion": run.champion_id}))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Debian's chromium driven by Playwright; skipped (with the reason) when absent."""
+    """Debian's chromium driven by Playwright; skipped (with the reason) when absent. One
+    per module: Playwright's synchronous API keeps an event loop running on this thread
+    until it stops, and a later test's ``asyncio.run`` (the engine's) would refuse to
+    start beside it."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium (CI installs it)")
     sync_api = pytest.importorskip("playwright.sync_api",

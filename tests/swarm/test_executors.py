@@ -247,11 +247,14 @@ def test_a_candidate_timed_against_a_dethroned_incumbent_is_timed_again(
 def test_a_stagnating_run_is_redirected_and_the_intervention_recorded(tmp_path: Path) -> None:
     from swarmfab.swarm.supervisor import Supervisor
 
-    goal = Goal.model_validate({**GOAL, "workers": 1, "max_evaluations": 7})
+    # enough evaluations that two in a row crown nothing even where noise crowns a few
+    goal = Goal.model_validate({**GOAL, "workers": 1, "max_evaluations": 9})
     run, store = _run(tmp_path, goal, LocalExecutor)
     run.supervisor = Supervisor(patience=2, turns=2)
     result = run.execute()
     interventions = store.events(result.run_id, "intervention")
-    assert interventions and "no new champion for 2 evaluations" in interventions[0][1]
+    crowned = [(row.agent, row.became_champion, v.status.value, v.reason[:60])
+               for row, v in store.verdicts(result.run_id)]
+    assert interventions and "no new champion for 2 evaluations" in interventions[0][1], crowned
     agents = [row.agent for row, _ in store.verdicts(result.run_id)]
     assert "builtin-restart" in agents[3:], f"no exploration after the intervention: {agents}"
