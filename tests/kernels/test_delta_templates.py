@@ -31,6 +31,7 @@ from swarmfab.kernels._host import (
     isa_targets,
     narrow_native_vectors,
     native_vector_bits,
+    vector_registers,
 )
 from swarmfab.records import Status
 from swarmfab.sandbox import Limits
@@ -64,8 +65,8 @@ VARIANTS: list[tuple[str, dict[str, KnobValue]]] = [
                                             "passes": "fused"}),
     ("recurrent-streamed-partial-tiles", {**RECURRENT, "output_stores": "streaming",
                                           "tile_v": 64, "token_group": 1}),
-    # a group's projection runs a tile in slices its registers hold (32 columns for groups
-    # of 2 on AVX2): the 48-column case's partial tile ends in a slice of 16
+    # a group's projection runs a tile in slices half its registers hold (16 columns for
+    # groups of 2 on AVX2, the whole 64 with AVX-512), the 48-column case's tile padded
     ("recurrent-groups-of-2-wide-tiles", {**RECURRENT, "token_group": 2, "tile_v": 64}),
     ("recurrent-groups-of-2-fused-tails", {**RECURRENT, "token_group": 2, "passes": "fused",
                                            "parallel": "tiles"}),
@@ -215,6 +216,22 @@ def test_512_bit_vectors_are_a_starting_point_where_native_code_is_narrower(
     moves = [move for move, _ in delta_kernels.delta_space("kda").starting]
     assert moves[0] == {"algorithm": "recurrent"}
     assert ({"isa": "native-512"} in moves) is narrow
+
+
+def test_vector_registers_follow_the_reported_flags() -> None:
+    assert vector_registers(frozenset({"avx", "avx2", "fma"})) == 16
+    assert vector_registers(frozenset({"avx2", "avx512f"})) == 32
+
+
+@pytest.mark.parametrize(("registers", "group", "rows"), [(16, 2, 1), (32, 4, 2)])
+def test_the_recurrences_defaults_fit_the_vector_registers(
+    monkeypatch: pytest.MonkeyPatch, registers: int, group: int, rows: int,
+) -> None:
+    """A group's partial sums (2 x token_group rows) and the sweeps' (2 x row_group) take
+    half of 16 registers at groups of 2 and one row, spilling at the defaults of 32."""
+    monkeypatch.setattr(delta_kernels, "vector_registers", lambda: registers)
+    default = delta_kernels.delta_space("kda").default()
+    assert (default["token_group"], default["row_group"]) == (group, rows)
 
 
 def test_the_isa_matrix_covers_every_target_this_host_offers() -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "isa_targets",
     "narrow_native_vectors",
     "native_vector_bits",
+    "vector_registers",
 ]
 
 IsaTarget = tuple[str, tuple[str, ...]]  # knob value, compiler flags
@@ -96,6 +97,13 @@ def narrow_native_vectors(flags: frozenset[str] | None = None,
         return False
     bits = native_vector_bits() if native_bits is None else native_bits
     return bits is not None and bits < 512
+
+
+def vector_registers(flags: frozenset[str] | None = None) -> int:
+    """The vector registers the host's widest ISA gives a kernel, as the C templates count
+    them: 32 with AVX-512, 16 before it."""
+    flags = host_cpu_flags() if flags is None else flags
+    return 32 if "avx512f" in flags else 16
 
 
 def all_isa_names() -> tuple[str, ...]:

@@ -23,7 +23,7 @@ import shlex
 from importlib import resources
 
 from swarmfab.kernels._allocator import faults_are_costly, glibc_malloc
-from swarmfab.kernels._host import isa_targets, narrow_native_vectors
+from swarmfab.kernels._host import isa_targets, narrow_native_vectors, vector_registers
 from swarmfab.kernels._space import DesignSpace, Knob, KnobValue, Setting
 
 __all__ = ["delta_space"]
@@ -146,7 +146,8 @@ def delta_space(workload: str) -> DesignSpace:
     chunked form with fla's chunk of 64, OpenMP over (batch, head), mid-sized
     micro-kernels, -O3 -ffast-math for the host (the verifier judges the accuracy);
     agents search around them. The recurrence's own knobs default to its best-engineered
-    form (deferred decay, groups of 4 tokens per pair of sweeps, inputs and the next
+    form (deferred decay, groups of 4 tokens per pair of sweeps (2 where the ISA has 16
+    vector registers, with one row of partial sums per step), inputs and the next
     job's state prefetched, outputs streamed past the cache: 1.06-1.15x at prefill on a
     2-core Zen 4, 1.07-1.4x on a 2-core Xeon; blocks of 16 tokens, whose prepared rows
     stay in L1: 1.03-1.07x at the 32 MiB prefill shapes on that Xeon), so the single move
@@ -166,6 +167,10 @@ def delta_space(workload: str) -> DesignSpace:
     2-core Xeon) and then ``retain`` are starting points.
     """
     isa_values = tuple(name for name, _ in isa_targets())
+    # the recurrence's partial sums: groups of 4 tokens and two rows at a time fill 32
+    # vector registers; with 16 (x86 before AVX-512) they spill, and groups of 2 with one
+    # row ran 1.7x faster at prefill (2-core Zen 3, AVX2)
+    few_registers = vector_registers() < 32
     allocator: tuple[Knob, ...] = ()
     starting: tuple[tuple[dict[str, KnobValue], str], ...] = (
         # the other template, at its best-engineered knobs: the one move whose gain or
@@ -205,7 +210,8 @@ def delta_space(workload: str) -> DesignSpace:
                  help="state columns per tile (recurrence; chunked when parallel=tiles)"),
             Knob("chunk", "tiling", (16, 32, 64, 128), 64, ordered=True,
                  help="chunked: tokens per chunk"),
-            Knob("token_group", "tiling", (1, 2, 4, 8), 4, ordered=True,
+            Knob("token_group", "tiling", (1, 2, 4, 8), 2 if few_registers else 4,
+                 ordered=True,
                  help="recurrence with deferred decay: tokens whose updates one pair of "
                       "sweeps over the state applies (1: token by token)"),
             Knob("block_tokens", "tiling", (16, 32, 64), 16, ordered=True,
@@ -218,7 +224,8 @@ def delta_space(workload: str) -> DesignSpace:
                  help="chunked: rows a micro-kernel keeps in registers"),
             Knob("unroll", "vectorisation", (1, 2, 4), 1, ordered=True,
                  help="chunked: unroll of the micro-kernel's reduction loop"),
-            Knob("row_group", "vectorisation", (1, 2, 4), 2, ordered=True,
+            Knob("row_group", "vectorisation", (1, 2, 4), 1 if few_registers else 2,
+                 ordered=True,
                  help="recurrence (k-major): state rows per sweep step, each with its own "
                       "partial sums (more hide the multiply-add latency, fewer spare "
                       "registers)"),
