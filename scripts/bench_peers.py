@@ -15,7 +15,9 @@ of the close comparison (the ggml row is from its rounds with swarmfab):
 - swarmfab: a C kernel (``--candidate FILE``; default: the design space's default, the
   chunked template, for prefill and the recurrent template for decode), called through
   the workload's ``forward`` (decode: states updated in place at their slots);
-- torch-chunked (prefill) or torch-recurrent (decode): the PyTorch baselines.
+- torch-chunked (prefill) or torch-recurrent (decode): the PyTorch baselines;
+- at decode, the memory bound in ggml's and swarmfab's rounds: an in-place update of as
+  many bytes as the state pool (read and written once), printed as swarmfab's share of it.
 
 Every implementation is checked once against the float64 reference on the shape before
 it is timed (the largest relative error of o and the final states is shown). ggml runs
@@ -49,6 +51,7 @@ from swarmfab.workloads import Case, Inputs, Shape, design_space, get_workload
 from swarmfab.workloads import _ggml as ggml
 
 WORKLOAD = "kda"
+BOUND = "bound: in-place update"
 QUICK = dataclasses.replace(CONFIRMATION, min_rounds=3, max_rounds=20, max_seconds=2.0,
                             target_width=0.03, long_call_s=0.25)
 
@@ -164,28 +167,54 @@ def _bench_shape(shape: Shape, index: int, kernels: dict[str, Any], net: ggml.Ga
         with torch.no_grad():
             errors[name] = _error(workload.call(function, _copy(inputs)), expected)
         calls[name] = (lambda f=function, i=own: workload.call(f, i))  # type: ignore[misc]
+    bound = _bound_call(shape, inputs)
+    if bound is not None:
+        calls[BOUND] = bound
     policy = QUICK if args.quick else CONFIRMATION
     flops = workload.flops(shape) or 0.0
     rows = {}
     # ggml and swarmfab in rounds of their own, then the (far slower) PyTorch baseline
     # in rounds with ggml: a baseline's seconds-long calls would otherwise cut the rounds
     # the close comparison gets to the policy's minimum for long calls
-    groups = [["ggml", "swarmfab"]]
+    groups = [["ggml", "swarmfab", *([BOUND] if bound is not None else [])]]
     baselines = [name for name in calls if name.startswith("torch")]
     if baselines:
         groups.append(["ggml", *baselines])
+    first: dict[str, Any] = {}
     for group in groups:
         with torch.no_grad():
             samples = time_interleaved({n: calls[n] for n in group}, policy, reference="ggml")
+        first = first or samples
         for name in group:
-            if name in rows:  # ggml's own figures come from its rounds with swarmfab
+            if name in rows or name == BOUND:  # ggml's own figures: its rounds with swarmfab
                 continue
             time = median_ci(samples[name])
             rows[name] = {"seconds": _json(time), "gflops": flops / time.median / 1e9,
                           "speedup_over_ggml": _json(paired_ratio(samples["ggml"],
                                                                   samples[name])),
                           "samples": len(samples[name]), "relative_error": errors[name]}
-    return {"shape": shape.label, "swarmfab_kernel": entry, "implementations": rows}
+    result = {"shape": shape.label, "swarmfab_kernel": entry, "implementations": rows}
+    if bound is not None:
+        update = median_ci(first[BOUND])
+        moved = 2 * cast(torch.Tensor, inputs["initial_state"]).nbytes
+        result["memory_bound"] = {
+            "update_seconds": _json(update), "update_gb_per_s": moved / update.median / 1e9,
+            # the update's time over swarmfab's, in the same rounds: its share of the bound
+            "swarmfab_fraction": _json(paired_ratio(first[BOUND], first["swarmfab"]))}
+    return result
+
+
+def _bound_call(shape: Shape, inputs: Inputs) -> Callable[[], object] | None:
+    """At decode in place: the memory bound timed in the same rounds, an in-place update
+    of as many bytes as the state pool (read and written once, no read for ownership,
+    as the kernel moves them). The host's bandwidth drifts by tens of per cent within
+    minutes on a shared VM, so a fraction of a bound measured minutes earlier says
+    little; one measured beside the kernel does."""
+    pool = inputs.get("initial_state")
+    if shape.T != 1 or not shape.pool or not isinstance(pool, torch.Tensor):
+        return None
+    buffer = torch.ones(pool.numel())
+    return lambda: buffer.mul_(1.0)
 
 
 def _json(estimate: Estimate) -> dict[str, float]:
@@ -262,6 +291,14 @@ def main() -> int:
                                       f"swarmfab, {args.threads} thread(s), interleaved; "
                                       "x ggml: ggml's time / this one's; error: relative "
                                       "to the float64 reference"))
+        for result in results:
+            if "memory_bound" in result:
+                bound, share = result["memory_bound"], result["memory_bound"]["swarmfab_fraction"]
+                console.print(f"{result['shape']}: swarmfab at {share['median']:.0%} "
+                              f"[{share['low']:.0%}, {share['high']:.0%}] of the memory bound, "
+                              "an in-place update of the state pool's bytes timed in the "
+                              f"same rounds ({_ms(bound['update_seconds']['median'])} ms, "
+                              f"{bound['update_gb_per_s']:.1f} GB/s)")
     return 0
 
 
