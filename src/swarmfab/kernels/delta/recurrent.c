@@ -571,6 +571,57 @@ update_project_4x32(float *restrict S, int64_t K, const float *restrict ki,
 #define RC_FUSED_4X32 0
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#include <immintrin.h>
+/* update_project_columns for groups of 2 over 16 columns (the defaults with 16 vector
+ * registers), written with AVX2 intrinsics: the 8 partial sums, the row's two vectors
+ * and one broadcast weight at a time take 11 of the 16 registers, the updates' values
+ * are read from the cache as operands. 1.03-1.07x over the vectoriser's loop at the
+ * prefill shapes on a 2-core Zen 3. */
+static inline __attribute__((always_inline)) void
+update_project_2x16(float *restrict S, int64_t K, const float *restrict ki,
+                    float u[RC_GROUP][RC_BV], const float *restrict kc,
+                    const float *restrict qc, const float *restrict sc, const int scaled,
+                    const int c0, float acc[RC_GROUP][RC_BV], float out[RC_GROUP][RC_BV])
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, o0 = a0, o1 = a0, o2 = a0,
+           o3 = a0;
+    const float *u0 = u[0] + c0, *u1 = u[1] + c0;
+    for (int64_t i = 0; i < K; i++) {
+        float *row = S + i * RC_BV + c0;
+        __m256 x = _mm256_loadu_ps(row), y = _mm256_loadu_ps(row + 8);
+        __m256 w = _mm256_broadcast_ss(ki + i);
+        x = _mm256_fmadd_ps(w, _mm256_loadu_ps(u0), x);
+        y = _mm256_fmadd_ps(w, _mm256_loadu_ps(u0 + 8), y);
+        w = _mm256_broadcast_ss(ki + K + i);
+        x = _mm256_fmadd_ps(w, _mm256_loadu_ps(u1), x);
+        y = _mm256_fmadd_ps(w, _mm256_loadu_ps(u1 + 8), y);
+        if (scaled) {
+            w = _mm256_broadcast_ss(sc + i);
+            x = _mm256_mul_ps(x, w);
+            y = _mm256_mul_ps(y, w);
+        }
+        _mm256_storeu_ps(row, x);
+        _mm256_storeu_ps(row + 8, y);
+        w = _mm256_broadcast_ss(kc + i);
+        a0 = _mm256_fmadd_ps(x, w, a0); a1 = _mm256_fmadd_ps(y, w, a1);
+        w = _mm256_broadcast_ss(qc + i);
+        o0 = _mm256_fmadd_ps(x, w, o0); o1 = _mm256_fmadd_ps(y, w, o1);
+        w = _mm256_broadcast_ss(kc + K + i);
+        a2 = _mm256_fmadd_ps(x, w, a2); a3 = _mm256_fmadd_ps(y, w, a3);
+        w = _mm256_broadcast_ss(qc + K + i);
+        o2 = _mm256_fmadd_ps(x, w, o2); o3 = _mm256_fmadd_ps(y, w, o3);
+    }
+    _mm256_storeu_ps(acc[0] + c0, a0); _mm256_storeu_ps(acc[0] + c0 + 8, a1);
+    _mm256_storeu_ps(acc[1] + c0, a2); _mm256_storeu_ps(acc[1] + c0 + 8, a3);
+    _mm256_storeu_ps(out[0] + c0, o0); _mm256_storeu_ps(out[0] + c0 + 8, o1);
+    _mm256_storeu_ps(out[1] + c0, o2); _mm256_storeu_ps(out[1] + c0 + 8, o3);
+}
+#define RC_FUSED_2X16 (RC_GROUP == 2 && RC_GW == 16)
+#else
+#define RC_FUSED_2X16 0
+#endif
+
 /* The update of the group at g and the projection of the group at `next` in one sweep
  * (RC_PASSES 1), RC_GW columns at a time as group_project. */
 static inline __attribute__((always_inline)) void
@@ -585,6 +636,12 @@ group_update_project(float *restrict S, int64_t K, const int bv, const rc_work *
 #if RC_FUSED_4X32
         if (cw == RC_GW) {
             update_project_4x32(S, K, ki, u, kc, qc, sc, w->scaled[next], c0, acc, out);
+            continue;
+        }
+#endif
+#if RC_FUSED_2X16
+        if (cw == RC_GW) {
+            update_project_2x16(S, K, ki, u, kc, qc, sc, w->scaled[next], c0, acc, out);
             continue;
         }
 #endif
