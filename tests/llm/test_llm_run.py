@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from fake_llm import FakeLLM, Hang, Raw, Reply, Status
 
+from swarmfab.kernels import delta as delta_kernels
 from swarmfab.knowledge import Store
 from swarmfab.records import Status as Verdicts
 from swarmfab.workloads import design_space
@@ -77,13 +78,20 @@ def events(store: Store, run_id: str, kind: str) -> list[dict[str, object]]:
     return [json.loads(detail) for _, detail in store.events(run_id, kind)]
 
 
-def test_an_llm_edit_becomes_champion_and_a_hostile_one_is_rejected(tmp_path: Path) -> None:
+def test_an_llm_edit_becomes_champion_and_a_hostile_one_is_rejected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     script = [Status(429, headers={"retry-after": "0"}), Reply(GOOD_EDIT),
               Reply("VERDICT: CLEAN\nonly the OpenMP switch changed"), Reply(HOSTILE_REPLY)]
-    # the LLM agent, the space's starting points one after another (as many as this
-    # host's probes name, and a refused one again over a champion crowned after it),
-    # then six domains, then the LLM agent again: enough evaluations for its second turn
+    # the LLM agent, the space's starting points one after another (as many as the run's
+    # host probes name, and a refused one again over a champion crowned after it), then
+    # six domains, then the LLM agent again: enough evaluations for its second turn. The
+    # probe of fresh pages is a timing the run takes again, and a loaded host can read it
+    # either way: count the starting points it can add (a later, third turn gets an empty
+    # reply and proposes nothing)
+    monkeypatch.setattr(delta_kernels, "faults_are_costly", lambda: True)
     evaluations = 9 + 2 * len(design_space("kda").starting)
+    monkeypatch.undo()
     with FakeLLM(script, default=Reply("")) as llm:
         run_swarmfab(tmp_path, llm, "llm,builtin",
                      GOAL.format(budget="300s", evaluations=evaluations, repairs=1, retries=1))
