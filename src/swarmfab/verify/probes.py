@@ -143,7 +143,9 @@ class Settling:
 def settle(settlings: Sequence[Settling], pause: bool = True) -> None:
     """Let ``settlings``' outputs settle: every device's queued work finished, then a
     pause of :data:`SETTLE_SECONDS` (``pause=False`` where the caller pauses at least
-    that long itself)."""
+    that long itself); nothing to settle, no pause."""
+    if not settlings:
+        return
     if any(t.is_cuda for s in settlings for t in s.first.values()):
         torch.cuda.synchronize()
     if pause:
