@@ -16,8 +16,9 @@ of the close comparison (the ggml row is from its rounds with swarmfab):
   chunked template, for prefill and the recurrent template for decode), called through
   the workload's ``forward`` (decode: states updated in place at their slots);
 - torch-chunked (prefill) or torch-recurrent (decode): the PyTorch baselines;
-- at decode, the memory bound in ggml's and swarmfab's rounds: an in-place update of as
-  many bytes as the state pool (read and written once), printed as swarmfab's share of it.
+- at decode, the memory bound in ggml's and swarmfab's rounds, as a run's table times it
+  (``swarmfab.evaluation.memory_stream``: an in-place update of the call's compulsory
+  bytes), printed as swarmfab's share of it.
 
 Every implementation is checked once against the float64 reference on the shape before
 it is timed (the largest relative error of o and the final states is shown). ggml runs
@@ -45,6 +46,7 @@ import threadpoolctl
 import torch
 
 from swarmfab.backends import get_backend
+from swarmfab.evaluation import compulsory_bytes, memory_stream
 from swarmfab.measure import CONFIRMATION, median_ci, paired_ratio, time_interleaved
 from swarmfab.records import Estimate
 from swarmfab.workloads import Case, Inputs, Shape, design_space, get_workload
@@ -167,7 +169,7 @@ def _bench_shape(shape: Shape, index: int, kernels: dict[str, Any], net: ggml.Ga
         with torch.no_grad():
             errors[name] = _error(workload.call(function, _copy(inputs)), expected)
         calls[name] = (lambda f=function, i=own: workload.call(f, i))  # type: ignore[misc]
-    bound = _bound_call(shape, inputs)
+    bound = _bound_call(shape)
     if bound is not None:
         calls[BOUND] = bound
     policy = QUICK if args.quick else CONFIRMATION
@@ -196,7 +198,7 @@ def _bench_shape(shape: Shape, index: int, kernels: dict[str, Any], net: ggml.Ga
     result = {"shape": shape.label, "swarmfab_kernel": entry, "implementations": rows}
     if bound is not None:
         update = median_ci(first[BOUND])
-        moved = 2 * cast(torch.Tensor, inputs["initial_state"]).nbytes
+        moved = compulsory_bytes(workload, shape) or 0.0
         result["memory_bound"] = {
             "update_seconds": _json(update), "update_gb_per_s": moved / update.median / 1e9,
             # the update's time over swarmfab's, in the same rounds: its share of the bound
@@ -204,17 +206,16 @@ def _bench_shape(shape: Shape, index: int, kernels: dict[str, Any], net: ggml.Ga
     return result
 
 
-def _bound_call(shape: Shape, inputs: Inputs) -> Callable[[], object] | None:
+def _bound_call(shape: Shape) -> Callable[[], object] | None:
     """At decode in place: the memory bound timed in the same rounds, an in-place update
-    of as many bytes as the state pool (read and written once, no read for ownership,
-    as the kernel moves them). The host's bandwidth drifts by tens of per cent within
-    minutes on a shared VM, so a fraction of a bound measured minutes earlier says
-    little; one measured beside the kernel does."""
-    pool = inputs.get("initial_state")
-    if shape.T != 1 or not shape.pool or not isinstance(pool, torch.Tensor):
+    of the call's compulsory bytes (the state pool read and written, the inputs and o).
+    The host's bandwidth drifts by tens of per cent within minutes on a shared VM, so a
+    fraction of a bound measured minutes earlier says little; one measured beside the
+    kernel does."""
+    nbytes = compulsory_bytes(get_workload(WORKLOAD), shape)
+    if shape.T != 1 or not shape.pool or not nbytes:
         return None
-    buffer = torch.ones(pool.numel())
-    return lambda: buffer.mul_(1.0)
+    return memory_stream(nbytes)
 
 
 def _json(estimate: Estimate) -> dict[str, float]:
@@ -296,7 +297,7 @@ def main() -> int:
                 bound, share = result["memory_bound"], result["memory_bound"]["swarmfab_fraction"]
                 console.print(f"{result['shape']}: swarmfab at {share['median']:.0%} "
                               f"[{share['low']:.0%}, {share['high']:.0%}] of the memory bound, "
-                              "an in-place update of the state pool's bytes timed in the "
+                              "an in-place update of the call's bytes timed in the "
                               f"same rounds ({_ms(bound['update_seconds']['median'])} ms, "
                               f"{bound['update_gb_per_s']:.1f} GB/s)")
     return 0

@@ -14,12 +14,15 @@ conditions as the times it divides.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import torch
 
 from swarmfab.measure.roofline import HostPeaks
 from swarmfab.workloads import AnyShape, Workload
 
-__all__ = ["MEMORY_STREAM", "bound_seconds", "compulsory_bytes", "memory_bound"]
+__all__ = ["MEMORY_STREAM", "bound_seconds", "compulsory_bytes", "memory_bound",
+           "memory_stream"]
 
 MEMORY_STREAM = "memory-stream"  # the session's name (a reserved implementation name)
 
@@ -31,6 +34,14 @@ def compulsory_bytes(workload: Workload, shape: AnyShape, dtype: str = "float32"
     if dtype == "float32":
         return workload.min_bytes(shape)
     return workload.min_bytes(shape, dtype=dtype)  # type: ignore[call-arg]
+
+
+def memory_stream(nbytes: float, device: str = "cpu") -> Callable[[], object]:
+    """An in-place update of half of ``nbytes``: each call reads and writes them all (no
+    read for ownership, as a kernel updating its state in place moves them), on torch's
+    own threads."""
+    buffer = torch.ones(max(1, int(nbytes) // 8), device=device)
+    return lambda: buffer.mul_(1.0)
 
 
 def memory_bound(workload: Workload, shape: AnyShape, peaks: HostPeaks | None,

@@ -16,7 +16,7 @@ import threadpoolctl
 import torch
 
 from swarmfab.backends import Artifact, get_backend
-from swarmfab.evaluation._bound import compulsory_bytes
+from swarmfab.evaluation._bound import compulsory_bytes, memory_stream
 from swarmfab.kernels._allocator import fix_malloc_thresholds
 from swarmfab.measure.timer import HostStopwatch, Stopwatch
 from swarmfab.records import Candidate
@@ -278,7 +278,10 @@ def _take_case(
 ) -> tuple[dict[str, torch.Tensor] | None, Callable[[], object], _Spy | None]:
     """The calls of one case; with ``pick``, the sentinel-filled outputs and the spy."""
     if implementation.memory_stream:
-        return None, _memory_stream(workload, case, device), None
+        # an in-place update of the case's compulsory bytes (torch's own threads, as
+        # many as the implementations have)
+        nbytes = compulsory_bytes(workload, case.shape, case.dtype) or 0.0
+        return None, memory_stream(nbytes, device), None
     inputs = _on_device(workload.make_inputs(case), device)
     outputs = None
     if pick is not None:
@@ -290,14 +293,6 @@ def _take_case(
     twin = _on_device(workload.make_inputs(probes.twin_case(case)), device)
     spy = _Spy(call, pick, inputs, twin)
     return outputs, spy, spy
-
-
-def _memory_stream(workload: Workload, case: Case, device: str) -> Callable[[], object]:
-    """An in-place update of half the case's compulsory bytes: each call reads and
-    writes them all (torch's own threads, as many as the implementations have)."""
-    nbytes = compulsory_bytes(workload, case.shape, case.dtype) or 0.0
-    buffer = torch.ones(max(1, int(nbytes) // 8), device=device)
-    return lambda: buffer.mul_(1.0)
 
 
 def _stopwatch(device: str) -> Stopwatch:
