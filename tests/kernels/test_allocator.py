@@ -12,7 +12,7 @@ import pytest
 
 from swarmfab.backends import get_backend
 from swarmfab.kernels._allocator import glibc_malloc
-from swarmfab.workloads import design_space
+from swarmfab.workloads import Shape, design_space
 
 pytestmark = pytest.mark.skipif(not glibc_malloc(), reason="the C library is not glibc")
 
@@ -98,17 +98,20 @@ def test_a_retaining_model_new_runs_without_page_faults_once_warm(
     assert faults["retain"] < 0.01 * pages, faults  # the pages of the last one
 
 
-# the gated delta rule's C kernel through fla's API: one 32 MiB output per prefill call
+# the gated delta rule's C kernel through fla's API in a timing session's process (malloc's
+# thresholds fixed), at the shape argv[2:] gives
 COUNT_KERNEL_FAULTS = '''
 import resource, sys
 from pathlib import Path
 import torch
 from swarmfab.backends import Artifact, get_backend
+from swarmfab.kernels._allocator import fix_malloc_thresholds
 from swarmfab.workloads import Case, Shape, get_workload
+fix_malloc_thresholds()
 torch.set_num_threads(1)
 kda = get_workload("kda")
 forward = get_backend("c").load(Artifact("c", Path(sys.argv[1])), kda, fill_outputs=False)
-inputs = kda.make_inputs(Case("x", Shape(1, 512, 1, 16, 16, 1024), seed=0))  # o: 32 MiB
+inputs = kda.make_inputs(Case("x", Shape(*(int(n) for n in sys.argv[2:])), seed=0))
 for _ in range(5):
     kda.call(forward, inputs)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -119,25 +122,41 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+@pytest.mark.parametrize(("shape", "afresh"), [
+    (Shape(1, 512, 1, 16, 16, 1024), True),  # o: 32 MiB, the mmap threshold
+    (Shape(1, 496, 1, 16, 16, 1024), False),  # o: 31 MiB, the final state 1 MiB
+    (Shape(1, 16, 1, 16, 16, 31744), False),  # o and the final state 31 MiB each
+], ids=["32MiB", "31MiB", "2x31MiB"])
 def test_a_retaining_delta_kernel_makes_fresh_outputs_fault_free_once_loaded(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: Shape, afresh: bool) -> None:
     monkeypatch.setattr("swarmfab.kernels.delta.faults_are_costly", lambda: True)
     space = design_space("kda")
     assert space.knob("allocator").values == ("system", "retain")
     assert space.default()["allocator"] == "system"  # never process-wide unless chosen
     assert [move for move, _ in space.starting if "allocator" in move] == [
         {"allocator": "retain"}]
-    faults = {}
+    faults, settings = {}, {}
     for value in ("system", "retain"):
-        setting = {**space.default(), "algorithm": "recurrent", "allocator": value}
+        settings[value] = setting = {**space.default(), "algorithm": "recurrent",
+                                     "allocator": value}
         candidate = space.instantiate(setting, threads=1)
         source = candidate.sources[candidate.entry]
         assert "PROCESS-WIDE" in source  # the template says what the knob does, always
         assert ("#define DELTA_RETAIN_FREED_MEMORY 1" in source) is (value == "retain")
         artifact = get_backend("c").build(candidate, tmp_path / "cache")
-        done = subprocess.run([sys.executable, "-c", COUNT_KERNEL_FAULTS, str(artifact.path)],
+        fields = (shape.B, shape.T, shape.H, shape.HV, shape.K, shape.V)
+        done = subprocess.run([sys.executable, "-c", COUNT_KERNEL_FAULTS, str(artifact.path),
+                               *map(str, fields)],
                               capture_output=True, text=True, timeout=300, check=True)
         faults[value] = float(done.stdout.split()[-1])
-    pages = 32 * 2**20 / 4096
-    assert faults["system"] > 0.5 * pages, faults
+    pages = 4 * shape.T * shape.HV * shape.V / 4096  # o's
     assert faults["retain"] < 0.01 * pages, faults
+    # the space declares the knob inert exactly where the system's malloc is fault-free
+    # too: there the gate leaves the shape out (a reading between two processes)
+    inert = space.same_code_on(settings["system"], settings["retain"], shape)
+    if afresh:  # at the mmap threshold: mapped afresh on every call
+        assert faults["system"] > 0.5 * pages, faults
+        assert not inert
+    else:
+        assert faults["system"] < 0.01 * pages, faults
+        assert inert

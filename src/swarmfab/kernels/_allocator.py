@@ -19,10 +19,12 @@ import ctypes
 import functools
 import statistics
 import time
+from collections.abc import Iterable
 
 import torch
 
-__all__ = ["RETAIN_SOURCE", "faults_are_costly", "fix_malloc_thresholds", "glibc_malloc"]
+__all__ = ["RETAIN_SOURCE", "faults_are_costly", "fix_malloc_thresholds", "glibc_malloc",
+           "heap_serves"]
 
 _PROBE_BYTES = 32 * 2**20
 # retaining is the default where touching fresh pages costs at least this many times
@@ -95,3 +97,14 @@ def fix_malloc_thresholds() -> None:
         libc = ctypes.CDLL(None)
         libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
         libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+
+
+def heap_serves(blocks: Iterable[int]) -> bool:
+    """Whether a call that allocates ``blocks`` (bytes each, all freed before the next
+    call) finds them on the heap's pages already mapped in a timing session, whichever
+    way malloc is set: each block under the mmap threshold that
+    :func:`fix_malloc_thresholds` fixes, and all of them together, freed back into the
+    top of the heap, short of its trim threshold (less a MiB for malloc's own padding).
+    Keeping freed memory then changes nothing such a call pays."""
+    sizes = list(blocks)
+    return all(size < _MMAP_THRESHOLD for size in sizes) and sum(sizes) < _TRIM_THRESHOLD - 2**20

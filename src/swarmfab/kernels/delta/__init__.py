@@ -22,7 +22,7 @@ import functools
 import shlex
 from importlib import resources
 
-from swarmfab.kernels._allocator import faults_are_costly, glibc_malloc
+from swarmfab.kernels._allocator import faults_are_costly, glibc_malloc, heap_serves
 from swarmfab.kernels._host import isa_targets, narrow_native_vectors, vector_registers
 from swarmfab.kernels._space import DesignSpace, Knob, KnobValue, Setting
 
@@ -51,26 +51,31 @@ def _inert(setting: Setting, shape: object) -> frozenset[str]:
     """The knobs a call of ``shape`` never reads under ``setting``: at one token per
     sequence the recurrence with ``decode = direct`` sweeps the states where they lie,
     and none of its tiles' knobs is read; ``output_pages`` acts on no output under 2 MiB
-    (nor on a pool updated in place)."""
+    (nor on a pool updated in place); ``allocator`` changes nothing where the call's
+    outputs come from the heap whichever way malloc is set (each under 32 MiB: a B64
+    decode's 512 KiB, where a 10-minute run refused ``retain`` on a 0.96x reading)."""
     inert: frozenset[str] = frozenset()
     one_token = getattr(shape, "T", None) == 1
     if one_token and setting.get("algorithm") == "recurrent" and setting.get("decode") == "direct":
         inert = _TILE_KNOBS
-    if _outputs_unadvised(shape):
+    outputs = _output_bytes(shape)
+    if outputs is not None and max(outputs) < _ADVISED_BYTES:
         inert |= {"output_pages"}
+    if outputs is not None and heap_serves(outputs):
+        inert |= {"allocator"}
     return inert
 
 
-def _outputs_unadvised(shape: object) -> bool:
-    """Whether every output a call of the delta rule's ``shape`` allocates is under the
-    size the templates advise (float32 o, and the final state unless the pool is updated
-    in place); False for a shape that is not the delta rule's."""
+def _output_bytes(shape: object) -> tuple[int, int] | None:
+    """The bytes of the outputs a call of the delta rule's ``shape`` allocates: float32
+    o, and the final state unless the pool is updated in place (0 then); None for a shape
+    that is not the delta rule's."""
     try:
         B, T, HV, K, V = (int(getattr(shape, name)) for name in ("B", "T", "HV", "K", "V"))
     except (AttributeError, TypeError, ValueError):
-        return False
+        return None
     state_bytes = 0 if getattr(shape, "pool", 0) else 4 * B * HV * K * V
-    return max(4 * B * T * HV * V, state_bytes) < _ADVISED_BYTES
+    return 4 * B * T * HV * V, state_bytes
 
 
 def _template(name: str) -> str:
