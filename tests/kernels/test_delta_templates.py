@@ -36,7 +36,7 @@ from swarmfab.kernels._host import (
 from swarmfab.records import Status
 from swarmfab.sandbox import Limits
 from swarmfab.verify import draw_cases
-from swarmfab.workloads import Shape, design_space, get_workload
+from swarmfab.workloads import Case, Distribution, Shape, design_space, get_workload
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
@@ -158,6 +158,24 @@ def test_every_isa_target_the_host_can_run_builds_and_passes(
     verdict = evaluator.verify(candidate, cases)
     assert verdict.status is Status.ACCEPTED, f"{isa} {name}: {verdict.reason}"
     assert all(check.passed for check in verdict.checks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", [2, 4, 8])
+def test_groups_are_exact_where_the_keys_are_not_whole_vectors(
+        group: int, evaluators: dict[str, Evaluator]) -> None:
+    """20 keys: a group's dot products end with keys past the last whole vector on every
+    target (4, 8 or 16 floats), which no corpus case has (their key dims are multiples
+    of 8)."""
+    space = design_space("kda")
+    candidate = space.instantiate({**space.default(), **RECURRENT, "token_group": group},
+                                  threads=2)
+    cases = [Case("keys-not-whole-vectors", Shape(2, 37, 1, 2, 20, 24, initial_state=True),
+                  seed=group),
+             Case("keys-not-whole-vectors-strong-decay", Shape(1, 50, 1, 1, 20, 16),
+                  Distribution(gate_divisor=0.1), seed=group)]
+    verdict = evaluators["kda"].verify(candidate, cases)
+    assert verdict.status is Status.ACCEPTED, verdict.reason
 
 
 def test_knobs_a_template_ignores_render_the_same_candidate() -> None:

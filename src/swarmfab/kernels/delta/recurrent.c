@@ -215,6 +215,51 @@ typedef struct {
     unsigned char *scaled;
 } rc_work;
 
+#if RC_GROUP
+/* The dot products within the group of RC_GROUP tokens from block index g, in one pass
+ * over the keys: DK[s][a] = (k_a / c_a) . (k_s c_s) for a < s and DQ[s][a] = (k_a / c_a)
+ * . (scale q_s c_s) for a <= s, each pair's partial sums in lanes of its own: every pair
+ * its own chain of multiply-adds, the group's rows loaded once for all. A loop per pair,
+ * each waiting on one accumulator, took 58% of prepare() (2.2x the time; Zen 3, AVX2). */
+static inline __attribute__((always_inline)) void
+group_dots(rc_work *w, int64_t K, int g)
+{
+    const float *restrict ki = w->KI + g * K, *restrict kc = w->KC + g * K,
+                *restrict qc = w->QC + g * K;
+    float dk[RC_GROUP][RC_GROUP][RC_VFLOATS], dq[RC_GROUP][RC_GROUP][RC_VFLOATS];
+    RC_UNROLL
+    for (int s = 0; s < RC_GROUP; s++)
+        RC_UNROLL
+        for (int a = 0; a < RC_GROUP; a++)
+            for (int j = 0; j < RC_VFLOATS; j++) { dk[s][a][j] = 0.0f; dq[s][a][j] = 0.0f; }
+    int64_t d0 = 0;
+    for (; d0 + RC_VFLOATS <= K; d0 += RC_VFLOATS)
+        RC_UNROLL
+        for (int s = 0; s < RC_GROUP; s++)
+            RC_UNROLL
+            for (int a = 0; a <= s; a++)
+#pragma omp simd
+                for (int j = 0; j < RC_VFLOATS; j++) {
+                    const float x = ki[a * K + d0 + j];
+                    if (a < s) dk[s][a][j] += x * kc[s * K + d0 + j];
+                    dq[s][a][j] += x * qc[s * K + d0 + j];
+                }
+    for (int64_t d = d0; d < K; d++)  /* the keys past the last whole vector */
+        for (int s = 0; s < RC_GROUP; s++)
+            for (int a = 0; a <= s; a++) {
+                dk[s][a][0] += ki[a * K + d] * kc[s * K + d];
+                dq[s][a][0] += ki[a * K + d] * qc[s * K + d];
+            }
+    for (int s = 0; s < RC_GROUP; s++)
+        for (int a = 0; a < RC_GROUP; a++) {
+            float sk = 0.0f, sq = 0.0f;
+            for (int j = 0; j < RC_VFLOATS; j++) { sk += dk[s][a][j]; sq += dq[s][a][j]; }
+            w->DK[(g + s) * RC_GROUP + a] = a < s ? sk : 0.0f;
+            w->DQ[(g + s) * RC_GROUP + a] = a <= s ? sq : 0.0f;
+        }
+}
+#endif
+
 /* Prepare n tokens from t0 of (batch b, value head hv): rescaled q and k, state scales.
  * Everything a loop reads is a local restrict pointer, so each loop vectorises (exp too). */
 static void prepare(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int64_t t0, int n)
@@ -275,16 +320,7 @@ static void prepare(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
     }
 #if RC_GROUP
     for (int g = 0; g + RC_GROUP <= n; g += RC_GROUP)  /* full groups from the block start */
-        for (int s = g; s < g + RC_GROUP; s++)
-            for (int a = g; a <= s; a++) {
-                const float *restrict ki = w->KI + a * K;
-                const float *restrict kc = w->KC + s * K, *restrict qc = w->QC + s * K;
-                float dk = 0.0f, dq = 0.0f;
-#pragma omp simd reduction(+ : dk, dq)
-                for (int64_t d = 0; d < K; d++) { dk += ki[d] * kc[d]; dq += ki[d] * qc[d]; }
-                w->DK[s * RC_GROUP + (a - g)] = a < s ? dk : 0.0f;
-                w->DQ[s * RC_GROUP + (a - g)] = dq;
-            }
+        group_dots(w, K, g);
 #endif
 }
 
