@@ -164,8 +164,8 @@ prefetch_lines(const float *first, int64_t count)
 /* A tile's share of the next block's inputs (RC_PREFETCH): keys [from, to) of each row
  * of q, k and g, and beta (and a scalar gate) where from is 0. A job's tiles split the
  * rows between them, so the requests spread over the whole block: asked for all at once
- * by the first tile, they waited on the core's outstanding misses (1.07-1.11x at the
- * 32 MiB prefill shapes on a 2-core Zen 3). */
+ * by the first tile, they waited on the core's outstanding misses (sharing: 1.06-1.11x
+ * at the 32 MiB prefill shapes on a 2-core Zen 3). */
 typedef struct { int64_t from, to; } rc_share;
 
 static inline rc_share tile_share(int64_t K, int64_t part, int64_t parts)
@@ -236,7 +236,7 @@ typedef struct {
  * over the keys: DK[s][a] = (k_a / c_a) . (k_s c_s) for a < s and DQ[s][a] = (k_a / c_a)
  * . (scale q_s c_s) for a <= s, each pair's partial sums in lanes of its own: every pair
  * its own chain of multiply-adds, the group's rows loaded once for all. A loop per pair,
- * each waiting on one accumulator, took 58% of prepare() (2.2x the time; Zen 3, AVX2). */
+ * each waiting on one accumulator, made prepare() alone 2.2x slower (Zen 3, AVX2). */
 static inline __attribute__((always_inline)) void
 group_dots(rc_work *w, int64_t K, int g)
 {
@@ -722,8 +722,9 @@ static inline int group_renormalises(const rc_work *w, int g)
  * projection outlives its group. */
 static inline __attribute__((always_inline)) int
 run_group(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t hv,
-          int64_t t0, int g, int n, int64_t v0, const int bv, int nv, rc_share ahead, int projected,
-          float acc[RC_GROUP][RC_BV], float out[RC_GROUP][RC_BV], float u[RC_GROUP][RC_BV])
+          int64_t t0, int g, int n, int64_t v0, const int bv, int nv, rc_share ahead,
+          int projected, float acc[RC_GROUP][RC_BV], float out[RC_GROUP][RC_BV],
+          float u[RC_GROUP][RC_BV])
 {
     const int64_t K = a->K, V = a->V;
     float pad[RC_BV];
