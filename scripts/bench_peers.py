@@ -169,7 +169,8 @@ def _bench_shape(shape: Shape, index: int, kernels: dict[str, Any], net: ggml.Ga
         with torch.no_grad():
             errors[name] = _error(workload.call(function, _copy(inputs)), expected)
         calls[name] = (lambda f=function, i=own: workload.call(f, i))  # type: ignore[misc]
-    bound = _bound_call(shape)
+    moved = compulsory_bytes(workload, shape) or 0.0
+    bound = _bound_call(shape, moved)
     if bound is not None:
         calls[BOUND] = bound
     policy = QUICK if args.quick else CONFIRMATION
@@ -182,11 +183,12 @@ def _bench_shape(shape: Shape, index: int, kernels: dict[str, Any], net: ggml.Ga
     baselines = [name for name in calls if name.startswith("torch")]
     if baselines:
         groups.append(["ggml", *baselines])
-    first: dict[str, Any] = {}
+    close: dict[str, Any] = {}  # the samples of ggml's rounds with swarmfab (and the bound)
     for group in groups:
         with torch.no_grad():
             samples = time_interleaved({n: calls[n] for n in group}, policy, reference="ggml")
-        first = first or samples
+        if group is groups[0]:
+            close = samples
         for name in group:
             if name in rows or name == BOUND:  # ggml's own figures: its rounds with swarmfab
                 continue
@@ -197,22 +199,21 @@ def _bench_shape(shape: Shape, index: int, kernels: dict[str, Any], net: ggml.Ga
                           "samples": len(samples[name]), "relative_error": errors[name]}
     result = {"shape": shape.label, "swarmfab_kernel": entry, "implementations": rows}
     if bound is not None:
-        update = median_ci(first[BOUND])
-        moved = compulsory_bytes(workload, shape) or 0.0
+        update = median_ci(close[BOUND])
         result["memory_bound"] = {
             "update_seconds": _json(update), "update_gb_per_s": moved / update.median / 1e9,
             # the update's time over swarmfab's, in the same rounds: its share of the bound
-            "swarmfab_fraction": _json(paired_ratio(first[BOUND], first["swarmfab"]))}
+            "swarmfab_fraction": _json(paired_ratio(close[BOUND], close["swarmfab"]))}
     return result
 
 
-def _bound_call(shape: Shape) -> Callable[[], object] | None:
+def _bound_call(shape: Shape, nbytes: float) -> Callable[[], object] | None:
     """At decode in place: the memory bound timed in the same rounds, an in-place update
-    of the call's compulsory bytes (the state pool read and written, the inputs and o).
+    of the call's compulsory ``nbytes`` (the state pool read and written, the inputs and
+    o).
     The host's bandwidth drifts by tens of per cent within minutes on a shared VM, so a
     fraction of a bound measured minutes earlier says little; one measured beside the
     kernel does."""
-    nbytes = compulsory_bytes(get_workload(WORKLOAD), shape)
     if shape.T != 1 or not shape.pool or not nbytes:
         return None
     return memory_stream(nbytes)
