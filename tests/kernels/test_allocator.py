@@ -124,9 +124,9 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 @pytest.mark.parametrize(("shape", "afresh"), [
     (Shape(1, 512, 1, 16, 16, 1024), True),  # o: 32 MiB, the mmap threshold
-    (Shape(1, 496, 1, 16, 16, 1024), False),  # o: 31 MiB, the final state 1 MiB
-    (Shape(1, 16, 1, 16, 16, 31744), False),  # o and the final state 31 MiB each
-], ids=["32MiB", "31MiB", "2x31MiB"])
+    (Shape(1, 480, 1, 16, 16, 1024), False),  # o: 30 MiB, the final state 1 MiB
+    (Shape(1, 16, 1, 16, 16, 15360), False),  # o and the final state 15 MiB each
+], ids=["32MiB", "31MiB", "2x15MiB"])
 def test_a_retaining_delta_kernel_makes_fresh_outputs_fault_free_once_loaded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: Shape, afresh: bool) -> None:
     monkeypatch.setattr("swarmfab.kernels.delta.faults_are_costly", lambda: True)

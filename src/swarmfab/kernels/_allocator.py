@@ -103,8 +103,10 @@ def heap_serves(blocks: Iterable[int]) -> bool:
     """Whether a call that allocates ``blocks`` (bytes each, all freed before the next
     call) finds them on the heap's pages already mapped in a timing session, whichever
     way malloc is set: each block under the mmap threshold that
-    :func:`fix_malloc_thresholds` fixes, and all of them together, freed back into the
-    top of the heap, short of its trim threshold (less a MiB for malloc's own padding).
-    Keeping freed memory then changes nothing such a call pays."""
+    :func:`fix_malloc_thresholds` fixes, and all of them together under half its trim
+    threshold, so that freed back into the top of the heap beside whatever else lies free
+    there they do not reach it (blocks of 31 MiB, 31 MiB and 2 MiB were given back and
+    faulted in again on every call). Keeping freed memory then changes nothing such a
+    call pays."""
     sizes = list(blocks)
-    return all(size < _MMAP_THRESHOLD for size in sizes) and sum(sizes) < _TRIM_THRESHOLD - 2**20
+    return all(size < _MMAP_THRESHOLD for size in sizes) and sum(sizes) < _TRIM_THRESHOLD // 2

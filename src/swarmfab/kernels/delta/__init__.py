@@ -52,30 +52,32 @@ def _inert(setting: Setting, shape: object) -> frozenset[str]:
     sequence the recurrence with ``decode = direct`` sweeps the states where they lie,
     and none of its tiles' knobs is read; ``output_pages`` acts on no output under 2 MiB
     (nor on a pool updated in place); ``allocator`` changes nothing where the call's
-    outputs come from the heap whichever way malloc is set (each under 32 MiB: a B64
+    blocks come from the heap whichever way malloc is set (under 32 MiB in all: a B64
     decode's 512 KiB, where a 10-minute run refused ``retain`` on a 0.96x reading)."""
     inert: frozenset[str] = frozenset()
     one_token = getattr(shape, "T", None) == 1
     if one_token and setting.get("algorithm") == "recurrent" and setting.get("decode") == "direct":
         inert = _TILE_KNOBS
-    outputs = _output_bytes(shape)
-    if outputs is not None and max(outputs) < _ADVISED_BYTES:
+    blocks = _call_bytes(shape)
+    if blocks is not None and max(blocks[:2]) < _ADVISED_BYTES:
         inert |= {"output_pages"}
-    if outputs is not None and heap_serves(outputs):
+    if blocks is not None and heap_serves(blocks):
         inert |= {"allocator"}
     return inert
 
 
-def _output_bytes(shape: object) -> tuple[int, int] | None:
-    """The bytes of the outputs a call of the delta rule's ``shape`` allocates: float32
-    o, and the final state unless the pool is updated in place (0 then); None for a shape
+def _call_bytes(shape: object) -> tuple[int, int, int] | None:
+    """The bytes of the blocks a call of the delta rule's ``shape`` allocates from the
+    main heap: its outputs (float32 o, and the final state unless the pool is updated in
+    place: 0 then), and the calling thread's scratch in a template (about one state's K x
+    V, its tiles; the other threads' come from arenas of their own); None for a shape
     that is not the delta rule's."""
     try:
         B, T, HV, K, V = (int(getattr(shape, name)) for name in ("B", "T", "HV", "K", "V"))
     except (AttributeError, TypeError, ValueError):
         return None
     state_bytes = 0 if getattr(shape, "pool", 0) else 4 * B * HV * K * V
-    return 4 * B * T * HV * V, state_bytes
+    return 4 * B * T * HV * V, state_bytes, 4 * K * V
 
 
 def _template(name: str) -> str:
