@@ -256,9 +256,10 @@ def delta_space(workload: str) -> DesignSpace:
                       "a few tokens ahead (rows of one head are too far apart for the "
                       "hardware prefetchers)"),
             Knob("state_prefetch", "layout", ("none", "next"), "next",
-                 help="recurrence: while a job writes its final state, ask for the next "
-                      "job's initial state (decode streams states; a pooled slot is "
-                      "anywhere, beyond the hardware prefetchers' reach)"),
+                 help="recurrence: ask for the next job's initial state while a job runs "
+                      "(as it writes its final state at prefill; throughout, in address "
+                      "order, at decode, which streams states; a pooled slot is anywhere, "
+                      "beyond the hardware prefetchers' reach)"),
             Knob("decode", "algorithm", ("tiles", "direct"), "direct",
                  help="recurrence at one token per sequence: run the state through the "
                       "tiles as prefill does, or update it where it lies in two sweeps "

@@ -39,10 +39,11 @@
  *   RC_STREAM    1: outputs written with non-temporal stores (whole lines, AVX or AVX-512)
  *   RC_PREFETCH  1: while a block runs, ask for the next block's inputs (q, k, g, beta)
  *                and for each tile's values RC_V_AHEAD tokens ahead (software prefetch)
- *   RC_STATE_AHEAD 1: while a job writes its final state, ask for the initial state of
- *                the job after it, a row of one per row of the other (decode moves little
- *                but states: the memory keeps streaming while a job computes, and the
- *                next job's loads find its state in L2; its slot is anywhere in a pool)
+ *   RC_STATE_AHEAD 1: ask for the initial state of the job after this one, so the next
+ *                job's loads find it in cache (its slot is anywhere in a pool): at prefill
+ *                while a job writes its final state, a row of one per row of the other;
+ *                at decode, which moves little but states, throughout the job's sweeps in
+ *                address order (rc_ahead_state)
  *   RC_GROUP     0, or tokens per group (deferred decay, key-major): one sweep projects
  *                the state on the keys and queries of a whole group, a small triangular
  *                recurrence over the group gives each token's update and output, and a
@@ -960,17 +961,33 @@ static void *work_alloc(rc_work *w, int64_t K, int64_t tiles)
  * (128 with AVX-512, 32 with AVX2); a narrower state runs whole. */
 #define RC_DW (RC_VREGS * RC_VFLOATS / 4)
 
+/* The next job's state, asked for while a decode job sweeps its own (RC_STATE_AHEAD):
+ * in address order, an equal share of its lines per row of every sweep, so the requests
+ * keep pace with the job from its first row to its last. Asked for as the sweeps read
+ * their own state instead (a slice of each row, rows V floats apart, in both sweeps),
+ * B64 and B256 decode ran 1.06-1.21x slower on a 2-core Zen 3 (AVX2); every second
+ * line alone, 1.13-1.27x slower; each line twice, 1.03-1.10x slower. */
+typedef struct {
+    const float *line, *until, *end;  /* next line to ask for; asked up to; state's end */
+    int64_t per_row;                  /* floats asked for per row swept */
+} rc_ahead_state;
+
+static inline __attribute__((always_inline)) void ask_row(rc_ahead_state *n)
+{
+    if (!RC_STATE_AHEAD || !n->line) return;
+    n->until += n->per_row;
+    for (; n->line < n->until && n->line < n->end; n->line += 16) __builtin_prefetch(n->line, 0, 2);
+}
+
 /* Decode, columns [c0, c0 + w) of one state (columns evolve independently). in: the
  * initial state (NULL: zeros); out: the final state (NULL: not kept), which may be in.
  * d, kd, qd: the token's decays, k d and scale q d per key channel; qk: scale q . k;
- * next: the state to ask for while this one is swept (RC_STATE_AHEAD), or NULL. Both
- * sweeps ask for it, row for row: asked in the first sweep alone, or the second alone,
- * B256 decode ran 1.1x and 1.4x slower on a 2-core Zen 4 (the second ask is a hit). */
+ * ahead: the next job's state, asked for row by row. */
 static inline __attribute__((always_inline)) void
 decode_columns(const float *in, float *out, int64_t K, int64_t V, int64_t c0, const int w,
                const float *restrict d, const float *restrict k, const float *restrict kd,
                const float *restrict qd, float qk, float beta, const float *restrict vt,
-               float *restrict ot, const float *next)
+               float *restrict ot, rc_ahead_state *ahead)
 {
     float acc[RC_DW], qs[RC_DW], u[RC_DW];
     for (int j = 0; j < w; j++) acc[j] = qs[j] = 0.0f;
@@ -978,7 +995,7 @@ decode_columns(const float *in, float *out, int64_t K, int64_t V, int64_t c0, co
         for (int64_t i = 0; i < K; i++) {
             const float *restrict row = in + i * V + c0;
             const float kw = kd[i], qw = qd[i];
-            if (RC_STATE_AHEAD && next) prefetch_lines(next + i * V + c0, w);
+            ask_row(ahead);
 #pragma omp simd
             for (int j = 0; j < w; j++) { acc[j] += kw * row[j]; qs[j] += qw * row[j]; }
         }
@@ -992,7 +1009,7 @@ decode_columns(const float *in, float *out, int64_t K, int64_t V, int64_t c0, co
         const float *row = in ? in + i * V + c0 : NULL;
         float *dst = out + i * V + c0;
         const float di = d[i], ki = k[i];
-        if (RC_STATE_AHEAD && next) prefetch_lines(next + i * V + c0, w);
+        ask_row(ahead);
         if (row) {
 #pragma omp simd
             for (int j = 0; j < w; j++) dst[j] = di * row[j] + ki * u[j];
@@ -1027,12 +1044,15 @@ static void decode_job(const delta_args *a, int64_t b, int64_t hv, float *restri
     float *out = a->ht ? a->ht + state : NULL;
     const float *vt = a->v + tok * V, beta = a->beta[tok];
     float *ot = a->o + tok * V;
+    const int64_t sweeps = (V + RC_DW - 1) / RC_DW * ((in != NULL) + (out != NULL));
+    rc_ahead_state ahead = { next, next, next ? next + K * V : NULL,
+                             sweeps ? (V + sweeps - 1) / sweeps : 0 };
     for (int64_t c0 = 0; c0 < V; c0 += RC_DW)
         if (V - c0 >= RC_DW)  /* a whole slice: constant trip counts */
-            decode_columns(in, out, K, V, c0, RC_DW, d, k, kd, qd, qk, beta, vt, ot, next);
+            decode_columns(in, out, K, V, c0, RC_DW, d, k, kd, qd, qk, beta, vt, ot, &ahead);
         else
             decode_columns(in, out, K, V, c0, (int)(V - c0), d, k, kd, qd, qk, beta, vt, ot,
-                           next);
+                           &ahead);
 }
 
 static int decode_run(const delta_args *a)
