@@ -1029,7 +1029,8 @@ static void decode_job(const delta_args *a, int64_t b, int64_t hv, float *restri
     const float *restrict q = a->q + (b * a->H + h) * K, *restrict k = a->k + (b * a->H + h) * K;
     float *restrict d = scratch, *restrict kd = scratch + K, *restrict qd = scratch + 2 * K;
     /* the gate through a local restrict pointer: read through `a`, the loop ran scalar
-     * (B64-B256 decode 1.04-1.12x slower, B8 1.11-1.13x; 2-core Zen 3) */
+     * (2-core Zen 3: B8 decode 1.11-1.13x slower, B256 1.05-1.12x, B64 1.02-1.10x in six
+     * pairs of seven) */
     const float *restrict gt = a->g + tok * (DELTA_SCALAR_GATE ? 1 : K);
     const float scale = a->scale;
     float qk = 0.0f;
