@@ -966,17 +966,21 @@ static void *work_alloc(rc_work *w, int64_t K, int64_t tiles)
  * keep pace with the job from its first row to its last. Asked for as the sweeps read
  * their own state instead (a slice of each row, rows V floats apart, in both sweeps),
  * B64 and B256 decode ran 1.06-1.21x slower on a 2-core Zen 3 (AVX2); every second
- * line alone, 1.13-1.27x slower; each line twice, 1.03-1.10x slower. */
+ * line alone, 1.12-1.27x slower; each line twice, 1.03-1.10x slower. */
 typedef struct {
-    const float *line, *until, *end;  /* next line to ask for; asked up to; state's end */
-    int64_t per_row;                  /* floats asked for per row swept */
+    const float *state;  /* the next job's state, or NULL */
+    int64_t size;        /* its floats */
+    int64_t asked;       /* floats asked for (whole lines) */
+    int64_t due;         /* floats to have asked for by now */
+    int64_t per_row;     /* floats due per row swept */
 } rc_ahead_state;
 
 static inline __attribute__((always_inline)) void ask_row(rc_ahead_state *n)
 {
-    if (!RC_STATE_AHEAD || !n->line) return;
-    n->until += n->per_row;
-    for (; n->line < n->until && n->line < n->end; n->line += 16) __builtin_prefetch(n->line, 0, 2);
+    if (!RC_STATE_AHEAD || !n->state) return;
+    n->due += n->per_row;
+    for (; n->asked < n->due && n->asked < n->size; n->asked += 16)
+        __builtin_prefetch(n->state + n->asked, 0, 2);
 }
 
 /* Decode, columns [c0, c0 + w) of one state (columns evolve independently). in: the
@@ -1049,8 +1053,7 @@ static void decode_job(const delta_args *a, int64_t b, int64_t hv, float *restri
     const float *vt = a->v + tok * V, beta = a->beta[tok];
     float *ot = a->o + tok * V;
     const int64_t sweeps = (V + RC_DW - 1) / RC_DW * ((in != NULL) + (out != NULL));
-    rc_ahead_state ahead = { next, next, next ? next + K * V : NULL,
-                             sweeps ? (V + sweeps - 1) / sweeps : 0 };
+    rc_ahead_state ahead = { next, K * V, 0, 0, sweeps ? (V + sweeps - 1) / sweeps : 0 };
     for (int64_t c0 = 0; c0 < V; c0 += RC_DW)
         if (V - c0 >= RC_DW)  /* a whole slice: constant trip counts */
             decode_columns(in, out, K, V, c0, RC_DW, d, k, kd, qd, qk, beta, vt, ot, &ahead);
