@@ -11,6 +11,10 @@ test process runs on one thread: the tensors here are tiny, and on a busy machin
 threads spinning against other processes make them tens of times slower. (Sandboxed jobs
 set their own thread count.)
 
+A suite started in the background by a non-interactive shell inherits SIGINT ignored, and
+Python keeps an ignored SIGINT ignored, in the test process and in every process it starts:
+the Ctrl-C tests would then see no Ctrl-C at all. Here it is restored to Python's default.
+
 The modules start in descending order of their time in the last recorded run
 (``tests/durations.json``; ``--store-durations`` records it again), and ``make test`` hands
 each pytest-xdist worker one module at a time.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 from collections import Counter
@@ -41,6 +46,8 @@ from swarmfab.workloads import design_space
 from swarmfab.workloads.kda import KDA
 
 torch.set_num_threads(1)
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # -- the order modules start in ------------------------------------------------------
 # `make test` hands each pytest-xdist worker one module at a time (--dist loadscope), in
