@@ -979,8 +979,10 @@ static inline __attribute__((always_inline)) void ask_row(rc_ahead_state *n)
 {
     if (!RC_STATE_AHEAD || !n->state) return;
     n->due += n->per_row;
-    for (; n->asked < n->due && n->asked < n->size; n->asked += 16)
-        __builtin_prefetch(n->state + n->asked, 0, 2);
+    const int64_t to = n->due < n->size ? n->due : n->size;
+    if (n->asked >= to) return;
+    prefetch_lines(n->state + n->asked, to - n->asked);
+    n->asked += (to - n->asked + 15) / 16 * 16;
 }
 
 /* Decode, columns [c0, c0 + w) of one state (columns evolve independently). in: the
