@@ -58,24 +58,22 @@ static inline float delta_gate(const delta_args *a, int64_t tok, int64_t d)
 }
 
 /*
- * exp(x) for float, branch-free so loops over it vectorise (checked with -fopt-info-vec) with any -march and without
- * -ffast-math (libm's expf is a scalar call there). Cody-Waite reduction by ln 2 and
- * Cephes' degree-6 polynomial: about 1 ulp for |x| <= 87. Arguments below -87.3 give
- * ~1e-38; callers keep arguments below 88.
+ * exp(x) for float, branch-free so loops over it vectorise (checked with -fopt-info-vec)
+ * with any -march and without -ffast-math (libm's expf is a scalar call there).
+ * x = n ln 2 + r with n the integer nearest x / ln 2, so |r| <= ln 2 / 2 (Cody-Waite: ln 2
+ * in two parts), and Cephes' degree-6 polynomial for exp(r): about 1 ulp.
+ * delta_exp_in_range takes -87.3 <= x <= 88 as it comes; delta_exp first raises arguments
+ * below -87.3 to it (~1e-38). Callers keep arguments below 88.
  */
-static inline __attribute__((always_inline)) float delta_exp(float x)
+static inline __attribute__((always_inline)) float delta_exp_in_range(float x)
 {
-    /* clamp below at -87.3 on the bits, as a masked select (a conditional expression on
-     * integers counts as control flow to the vectoriser): a negative float's bits grow
-     * with its magnitude */
-    union { float f; int32_t i; } in = { .f = x };
-    const int32_t floor_bits = (int32_t)0xC2AE999Au;  /* -87.3f */
-    const int32_t below = -((in.i < 0) & (in.i > floor_bits));  /* all ones where below */
-    in.i ^= (in.i ^ floor_bits) & below;
-    x = in.f;
-    const float y = x * 1.44269504088896341f + 0.5f;
-    const float truncated = (float)(int)y;
-    const float n = truncated - (y < truncated ? 1.0f : 0.0f);  /* floor */
+    const float y = x * 1.44269504088896341f;
+#if defined(__SSE4_1__) || defined(__aarch64__)
+    const float n = __builtin_rintf(y);  /* one instruction that vectorises */
+#else
+    const float t = (float)(int)(y + 0.5f);
+    const float n = t - (y + 0.5f < t ? 1.0f : 0.0f);  /* floor(y + 0.5) */
+#endif
     const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
@@ -86,6 +84,18 @@ static inline __attribute__((always_inline)) float delta_exp(float x)
     p = p * r * r + r + 1.0f;
     union { int32_t i; float f; } scale = { .i = ((int32_t)n + 127) << 23 };
     return p * scale.f;
+}
+
+static inline __attribute__((always_inline)) float delta_exp(float x)
+{
+    /* clamp below at -87.3 on the bits, as a masked select (a conditional expression on
+     * integers counts as control flow to the vectoriser): a negative float's bits grow
+     * with its magnitude, -inf's and a negative NaN's included */
+    union { float f; int32_t i; } in = { .f = x };
+    const int32_t floor_bits = (int32_t)0xC2AE999Au;  /* -87.3f */
+    const int32_t below = -((in.i < 0) & (in.i > floor_bits));  /* all ones where below */
+    in.i ^= (in.i ^ floor_bits) & below;
+    return delta_exp_in_range(in.f);
 }
 
 #if DELTA_RETAIN_FREED_MEMORY

@@ -319,7 +319,7 @@ static void prepare(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int6
             for (int64_t d = 0; d < K; d++) { sc[d] = delta_exp(L[d]); L[d] = 0.0f; }
 #pragma omp simd
         for (int64_t d = 0; d < K; d++) {
-            const float c = delta_exp(L[d]);  /* exp(-30) <= c <= exp(30) */
+            const float c = delta_exp_in_range(L[d]);  /* |L| <= RC_LOG_LIMIT here */
             qc[d] = scale * q[d] * c;
             kc[d] = k[d] * c;
             ki[d] = k[d] / c;
