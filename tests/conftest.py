@@ -11,6 +11,11 @@ test process runs on one thread: the tensors here are tiny, and on a busy machin
 threads spinning against other processes make them tens of times slower. (Sandboxed jobs
 set their own thread count.)
 
+Each test process's forkserver imports torch's compiler, whatever workload its first
+evaluator is for: tests of several workloads share a process, and those whose jobs compile
+are timed as a user's run of them is. (A command of a workload whose jobs do not compile,
+run as a subprocess, starts without it.)
+
 A suite started in the background by a non-interactive shell inherits SIGINT ignored, and
 Python keeps an ignored SIGINT ignored, in the test process and in every process it starts:
 the Ctrl-C tests would then see no Ctrl-C at all. Here it is restored to Python's default.
@@ -48,6 +53,15 @@ from swarmfab.workloads.kda import KDA
 torch.set_num_threads(1)
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+@pytest.fixture(autouse=True, scope="session")
+def _forkserver_with_the_compiler() -> None:
+    """The forkserver of every process that runs tests imports torch's compiler (the
+    module's doc)."""
+    from swarmfab.sandbox import start_forkserver
+
+    start_forkserver(compiler=True)
+
 
 # -- the order modules start in ------------------------------------------------------
 # `make test` hands each pytest-xdist worker one module at a time (--dist loadscope), in

@@ -178,6 +178,43 @@ def test_the_preloaded_compiler_is_sized_for_the_job_not_the_forkserver() -> Non
                                   / "locks")
 
 
+def test_jobs_of_c_kernels_start_without_the_compiler_and_one_that_needs_it_imports_it(
+        tmp_path: Path) -> None:
+    """An evaluator of a workload whose jobs run C kernels starts its process's forkserver
+    without torch's compiler (seconds of imports at every command's start); a job that
+    compiles all the same imports it, sized for the job as the preloaded one is."""
+    script = textwrap.dedent("""
+        from pathlib import Path
+        import torch
+        from swarmfab.evaluation import Evaluator
+        from swarmfab.sandbox import Limits, run_job
+        from swarmfab.workloads import Shape, get_workload
+        if __name__ == "__main__":
+            kda = get_workload("kda")
+            Evaluator(kda, [Shape(1, 16, 2, 2, 16, 16)], Path("cache"), threads=1,
+                      tolerances=kda.tolerances(torch.float32), limits=Limits(wall_s=60))
+            modules = "__import__('sys').modules"
+            loaded = f"[m for m in ('torch._dynamo', 'torch._inductor') if m in {modules}]"
+            print("preloaded", bool(run_job(eval, loaded).value))
+            core = min(__import__('os').sched_getaffinity(0))
+            probe = ("(__import__('torch._inductor.config', fromlist=['_']).compile_threads, "
+                     "__import__('torch._dynamo.config', fromlist=['_']).debug_dir_root, "
+                     "__import__('os').getcwd())")
+            outcome = run_job(eval, probe, limits=Limits(cores=(core,)))
+            threads, debug_dir, workdir = outcome.value
+            print("threads", threads)
+            print("debug dir in the job's", Path(debug_dir).parent == Path(workdir))
+    """)
+    path = tmp_path / "probe.py"
+    path.write_text(script)
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "preloaded False" in done.stdout
+    assert "threads 1" in done.stdout
+    assert "debug dir in the job's True" in done.stdout
+
+
 def test_a_job_is_told_the_user_it_runs_as() -> None:
     """Libraries name per-user directories after USER/LOGNAME (Inductor's precompiled
     headers among them): a job's must name the user it runs as, whatever the parent's."""

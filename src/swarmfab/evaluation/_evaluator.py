@@ -56,6 +56,7 @@ from swarmfab.sandbox import (
     Session,
     SessionEnded,
     run_job,
+    start_forkserver,
     start_session,
 )
 from swarmfab.verify import probes
@@ -180,6 +181,9 @@ class Evaluator:
         if workload.source_file is not None:
             self._job_workload = f"workload/{Path(workload.source_file).name}"
             self._stage = {self._job_workload: Path(workload.source_file)}
+        # the jobs' forkserver imports torch (and its compiler, where jobs compile) while
+        # this process goes on to its references and builds
+        start_forkserver(compiler=workload.jobs_compile)
 
     def recipe(self) -> EvaluatorRecipe:
         """How to make an equivalent evaluator elsewhere (another process or machine)."""

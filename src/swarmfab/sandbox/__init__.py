@@ -7,8 +7,10 @@ from swarmfab.sandbox._process import (
     job_user,
     run_job,
     scrubbed_environment,
+    start_forkserver,
 )
 from swarmfab.sandbox._session import Channel, Session, SessionEnded, start_session
 
 __all__ = ["Channel", "JobOutcome", "JobStatus", "Limits", "Session", "SessionEnded",
-           "job_user", "run_job", "scrubbed_environment", "start_session"]
+           "job_user", "run_job", "scrubbed_environment", "start_forkserver",
+           "start_session"]

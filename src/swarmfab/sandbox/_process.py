@@ -1,9 +1,10 @@
 """Run one job of untrusted code in a fresh, limited child process.
 
 Children are forked from a multiprocessing *forkserver* that has already imported torch,
-numpy and, on CPU builds, torch's compiler: its front end, ``torch._dynamo`` (which
-``torch.compile`` and the meta device's decompositions import at first use: some 800
-modules, 1.5 s on a small host), and Inductor (600 more, 2.8 s), so a fresh process per
+numpy and, on CPU builds where jobs compile (``start_forkserver``), torch's compiler: its
+front end, ``torch._dynamo`` (which ``torch.compile`` and the meta device's
+decompositions import at first use: some 800 modules, 1.5 s on a small host), and
+Inductor (600 more, 2.8 s), so a fresh process per
 job costs milliseconds rather than seconds, and no candidate ever shares a process with
 another candidate or with the parent. What those imports derived from the forkserver's
 process (worker pools, directories) is derived again in each job.
@@ -54,13 +55,17 @@ from swarmfab.sandbox._isolation import (
     job_user,
 )
 
-__all__ = ["JobOutcome", "JobStatus", "Limits", "job_user", "run_job", "scrubbed_environment"]
+__all__ = ["JobOutcome", "JobStatus", "Limits", "job_user", "run_job", "scrubbed_environment",
+           "start_forkserver"]
 
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE_URL|DSN|AUTH", re.I)
 _PRELOAD = ["numpy", "torch", "swarmfab.evaluation._worker"]
 # torch's compiler too, on CPU builds (not yet tried in a forkserver beside CUDA): its
-# front end, and Inductor's (2.8 s of imports saved on every job that compiles)
+# front end, and Inductor's (2.8 s of imports saved on every job that compiles), unless
+# the process said its jobs will not compile (start_forkserver)
 _PRELOAD_CPU = ["torch._dynamo", "torch._inductor.compile_fx"]
+_preload: list[str] | None = None  # what this process's forkserver imports, once chosen
+_preload_lock = threading.Lock()
 OUTPUT_FILE = "output.log"
 _TAIL_BYTES = 2000
 
@@ -116,15 +121,30 @@ def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {key: value for key, value in environ.items() if not _SECRET.search(key)}
 
 
-def _context() -> multiprocessing.context.ForkServerContext:
+def start_forkserver(*, compiler: bool = True) -> None:
+    """Start this process's forkserver now, unless it runs: it imports what every job
+    needs in the background while the caller goes on. ``compiler``: whether it imports
+    torch's compiler too (CPU builds), worth it where jobs compile (``torch.compile``, a
+    problem's model on the meta device), 4-5 s of a core for nothing at the start of a
+    command on a 2-core EPYC VM where they run C kernels; a job that compiles without it
+    imports the compiler itself. The first call decides for the process (a job started
+    before any call: with the compiler)."""
+    _context(compiler)
+
+
+def _context(compiler: bool = True) -> multiprocessing.context.ForkServerContext:
     """The forkserver context; the server itself starts from a scrubbed environment.
 
     A forked job inherits the server's initial environment block (what
     /proc/self/environ shows), which clearing ``os.environ`` later does not erase.
     """
+    global _preload
+    with _preload_lock:
+        if _preload is None:  # the first call decides (start_forkserver)
+            _preload = _PRELOAD + (_PRELOAD_CPU if compiler and _cpu_build() else [])
+        preload = _preload
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(
-        _PRELOAD + (_PRELOAD_CPU if _cpu_build() else []))
+    context.set_forkserver_preload(preload)
     secrets = {key: os.environ.pop(key) for key in list(os.environ) if _SECRET.search(key)}
     try:
         multiprocessing.forkserver.ensure_running()

@@ -223,6 +223,10 @@ class Workload(ABC):
     jit_baselines: frozenset[str] = frozenset()
     cuda_baselines: frozenset[str] = frozenset()  # run on a CUDA device only (fla's kernels)
     python_backend: str = "python"  # the backend of a .py candidate file
+    # whether its jobs use torch's compiler beyond the compiling baselines (a candidate
+    # compiled by torch.compile, a model traced on the meta device): the sandbox then
+    # imports it once, before any job, instead of in every job that needs it
+    jobs_compile: bool = True
 
     def dims_of(self, sizes: Mapping[str, int]) -> AnyShape:
         """The shape with these named sizes (a goal's ``[[sizes]]``); ValueError where the

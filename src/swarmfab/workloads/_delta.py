@@ -77,6 +77,7 @@ class GatedDeltaRule(Workload):
     # libraries are (the peers extra, or scripts/build_ggml.sh)
     opt_in_baselines = frozenset({"torch-compile", "ggml"})
     compiling_baselines = frozenset({"torch-compile"})
+    jobs_compile = False  # C kernels; the opt-in torch-compile baseline imports its own
     gate_per_channel: bool
     # the standard CPU goal: prefill at three sequence lengths, small heads, and decode
     # of a batch of 64 as an engine steps it (states updated in place in a pool)
