@@ -4,10 +4,10 @@ Children are forked from a multiprocessing *forkserver* that has already importe
 numpy and, on CPU builds where jobs compile (``start_forkserver``), torch's compiler: its
 front end, ``torch._dynamo`` (which ``torch.compile`` and the meta device's
 decompositions import at first use: some 800 modules, 1.5 s on a small host), and
-Inductor (600 more, 2.8 s), so a fresh process per
-job costs milliseconds rather than seconds, and no candidate ever shares a process with
-another candidate or with the parent. What those imports derived from the forkserver's
-process (worker pools, directories) is derived again in each job.
+Inductor (600 more, 2.8 s), so a fresh process per job costs milliseconds rather than
+seconds, and no candidate ever shares a process with another candidate or with the
+parent. What those imports derived from the forkserver's process (worker pools,
+directories) is derived again in each job.
 
 In the child, before the job runs: its own session (the whole process group is killed
 afterwards), no core dumps, CPU-time, file-size and address-space limits, stdout and
