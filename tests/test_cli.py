@@ -306,7 +306,8 @@ def test_bench_rejects_a_malformed_shape(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(cuda_device_available(), reason="a CUDA device would run it")
 def test_bench_builds_a_candidate_file_with_the_backend_given(tmp_path: Path) -> None:
-    """A Triton kernel is a .py file: --backend triton says so (else it is plain Python)."""
+    """A Triton kernel is a .py file: --backend triton says so (else it is plain Python).
+    Without a CUDA device it cannot be timed: bench says so before it builds anything."""
     from swarmfab.kernels.delta_gpu import gpu_space, render_triton
 
     kernel = tmp_path / "kda_triton.py"
@@ -315,6 +316,7 @@ def test_bench_builds_a_candidate_file_with_the_backend_given(tmp_path: Path) ->
                     "1,16,2,16,16", "--db", tmp_path / "x.db", "--workdir", tmp_path / "wd")
     assert result.exit_code == 1
     assert "the triton backend is unavailable on this host" in result.output
+    assert not (tmp_path / "wd").exists()
 
 
 def test_an_unwritable_build_cache_is_a_clear_error_not_a_verdict(

@@ -59,7 +59,7 @@ def verify(
     """
     import random
 
-    from swarmfab.backends import cuda_device_available
+    from swarmfab.backends import cuda_device_available, get_backend
     from swarmfab.goal import default_goal
     from swarmfab.knowledge import Store
     from swarmfab.records import Status
@@ -68,7 +68,7 @@ def verify(
     candidate = candidate_from_file(workload, file, backend)
     # GPU candidates run on the device where there is one (elsewhere they still build,
     # so compile errors are reported, and loading says why it cannot run)
-    on_gpu = candidate.backend in ("cuda", "triton") and cuda_device_available()
+    on_gpu = get_backend(candidate.backend).device == "cuda" and cuda_device_available()
     goal = default_goal(workload).with_overrides(threads=threads, dtype=dtype,
                                                  device="cuda" if on_gpu else None)
     store = Store(db)
@@ -172,6 +172,7 @@ def bench(
     if candidate is not None:  # a file that is not there is a usage error: say so first
         chosen = _bench_candidate(store, workload, candidate, run_id, goal.threads, goal.device,
                                   backend)
+        _require_its_device(chosen)
     evaluator = evaluator_for(goal, workdir, store, shapes)
     evaluator.peaks = host_peaks(store, goal.threads, evaluator.limits, device=goal.device)
     contenders = []
@@ -254,6 +255,16 @@ def _bench_candidate(store: Store, workload: str, which: str, run_id: str | None
             raise StoreError(f"run {record.id} has no champion")
         return store.candidate(record.champion_id)
     return candidate_from_file(workload, Path(which), backend)
+
+
+def _require_its_device(candidate: Candidate) -> None:
+    """A candidate for a CUDA device stops here, with the reason, on a host without one,
+    before anything is built: bench times it on this host (``verify`` still builds it,
+    for its compile errors)."""
+    from swarmfab.backends import cuda_device_available, device_unavailable, get_backend
+
+    if get_backend(candidate.backend).device == "cuda" and not cuda_device_available():
+        raise device_unavailable(candidate.backend)
 
 
 def _side_json(table: Any, dtype: str) -> dict[str, Any]:

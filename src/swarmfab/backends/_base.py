@@ -51,6 +51,7 @@ class Backend(ABC):
     # True when loading or first calling starts a compiler process (torch.compile): jobs
     # running such candidates may start processes; every other isolation stays
     needs_processes: bool = False
+    device: str = "cpu"  # where its candidates run ("cuda": load refuses without a device)
 
     @abstractmethod
     def build(self, candidate: Candidate, cache_dir: Path) -> Artifact:

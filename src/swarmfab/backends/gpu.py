@@ -41,6 +41,7 @@ __all__ = [
     "TritonBackend",
     "cuda_arch",
     "cuda_device_available",
+    "device_unavailable",
     "parse_nvcc_diagnostics",
     "parse_triton_diagnostics",
 ]
@@ -82,7 +83,8 @@ def cuda_arch() -> str:
     return DEFAULT_CUDA_ARCH
 
 
-def _unavailable(backend: str) -> CandidateError:
+def device_unavailable(backend: str) -> CandidateError:
+    """Why a candidate of ``backend`` cannot run here: no CUDA device."""
     return CandidateError(f"the {backend} backend is unavailable on this host: it needs a "
                           "CUDA device and there is none (torch.cuda.is_available() is False)")
 
@@ -138,6 +140,7 @@ class CudaBackend(Backend):
     """CUDA C++ (inline PTX allowed) compiled by nvcc into a shared library."""
 
     name = "cuda"
+    device = "cuda"
 
     def __init__(self, arch: str | None = None):
         self.arch = arch or cuda_arch()
@@ -167,7 +170,7 @@ class CudaBackend(Backend):
 
     def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
         if not cuda_device_available():
-            raise _unavailable(self.name)
+            raise device_unavailable(self.name)
         import torch
 
         torch.cuda.init()  # the runtime in the library shares PyTorch's primary context
@@ -208,6 +211,7 @@ class TritonBackend(Backend):
 
     name = "triton"
     needs_processes = True
+    device = "cuda"
 
     def describe(self) -> dict[str, str]:
         try:
@@ -222,7 +226,7 @@ class TritonBackend(Backend):
 
     def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
         if not cuda_device_available():
-            raise _unavailable(self.name)
+            raise device_unavailable(self.name)
         # a sandboxed job may write only its own directory: Triton's cache goes there
         os.environ["TRITON_HOME"] = str(Path.cwd())
         os.environ["TRITON_CACHE_DIR"] = str(Path.cwd() / "triton-cache")
