@@ -146,6 +146,7 @@ def bench(
              "1 if any shape reads faster or slower.")] = False,
 ) -> None:
     """Time baselines (and a candidate) side by side: medians, CIs, speedups, roofline."""
+    from swarmfab.backends import get_backend
     from swarmfab.evaluation import Implementation
     from swarmfab.goal import default_goal
     from swarmfab.knowledge import Store
@@ -172,7 +173,9 @@ def bench(
     if candidate is not None:  # a file that is not there is a usage error: say so first
         chosen = _bench_candidate(store, workload, candidate, run_id, goal.threads, goal.device,
                                   backend)
-        _require_its_device(chosen)
+        # a GPU candidate on a host without a device: the reason, before anything is built
+        # (verify still builds it, for its compile errors)
+        get_backend(chosen.backend).require_device()
     evaluator = evaluator_for(goal, workdir, store, shapes)
     evaluator.peaks = host_peaks(store, goal.threads, evaluator.limits, device=goal.device)
     contenders = []
@@ -255,16 +258,6 @@ def _bench_candidate(store: Store, workload: str, which: str, run_id: str | None
             raise StoreError(f"run {record.id} has no champion")
         return store.candidate(record.champion_id)
     return candidate_from_file(workload, Path(which), backend)
-
-
-def _require_its_device(candidate: Candidate) -> None:
-    """A candidate for a CUDA device stops here, with the reason, on a host without one,
-    before anything is built: bench times it on this host (``verify`` still builds it,
-    for its compile errors)."""
-    from swarmfab.backends import cuda_device_available, device_unavailable, get_backend
-
-    if get_backend(candidate.backend).device == "cuda" and not cuda_device_available():
-        raise device_unavailable(candidate.backend)
 
 
 def _side_json(table: Any, dtype: str) -> dict[str, Any]:

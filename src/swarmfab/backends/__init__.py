@@ -6,12 +6,7 @@ from pathlib import Path
 
 from swarmfab.backends._base import Artifact, Backend
 from swarmfab.backends.c import CBackend, host_isa
-from swarmfab.backends.gpu import (
-    CudaBackend,
-    TritonBackend,
-    cuda_device_available,
-    device_unavailable,
-)
+from swarmfab.backends.gpu import CudaBackend, TritonBackend, cuda_device_available
 from swarmfab.backends.python import (
     ModuleBackend,
     NumbaBackend,
@@ -33,7 +28,6 @@ __all__ = [
     "backend_for_file",
     "backend_names",
     "cuda_device_available",
-    "device_unavailable",
     "get_backend",
     "host_isa",
 ]

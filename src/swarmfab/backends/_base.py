@@ -51,7 +51,7 @@ class Backend(ABC):
     # True when loading or first calling starts a compiler process (torch.compile): jobs
     # running such candidates may start processes; every other isolation stays
     needs_processes: bool = False
-    device: str = "cpu"  # where its candidates run ("cuda": load refuses without a device)
+    device: str = "cpu"  # where its candidates run
 
     @abstractmethod
     def build(self, candidate: Candidate, cache_dir: Path) -> Artifact:
@@ -65,6 +65,11 @@ class Backend(ABC):
         NaN (verification); benchmarks pass False so the fill is not timed.
         Raises CandidateError when the artifact lacks the entry point.
         """
+
+    def require_device(self) -> None:
+        """Raise CandidateError, saying why, where this host has no device to run this
+        backend's candidates on (load does too). The CPU's always run."""
+        return None
 
     def describe(self) -> dict[str, str]:
         """Facts about the toolchain (compiler version...) for provenance. Optional."""

@@ -41,7 +41,6 @@ __all__ = [
     "TritonBackend",
     "cuda_arch",
     "cuda_device_available",
-    "device_unavailable",
     "parse_nvcc_diagnostics",
     "parse_triton_diagnostics",
 ]
@@ -83,10 +82,17 @@ def cuda_arch() -> str:
     return DEFAULT_CUDA_ARCH
 
 
-def device_unavailable(backend: str) -> CandidateError:
-    """Why a candidate of ``backend`` cannot run here: no CUDA device."""
-    return CandidateError(f"the {backend} backend is unavailable on this host: it needs a "
-                          "CUDA device and there is none (torch.cuda.is_available() is False)")
+class _OnTheDevice(Backend):
+    """A backend whose candidates run on the CUDA device: built anywhere, loaded only
+    where there is one."""
+
+    device = "cuda"
+
+    def require_device(self) -> None:
+        if not cuda_device_available():
+            raise CandidateError(f"the {self.name} backend is unavailable on this host: it "
+                                 "needs a CUDA device and there is none "
+                                 "(torch.cuda.is_available() is False)")
 
 
 @functools.cache
@@ -136,11 +142,10 @@ def parse_triton_diagnostics(message: str, file: str, source: str = "") -> tuple
     return (Diagnostic(file, line, "error", reason or snippet or "compilation failed"),)
 
 
-class CudaBackend(Backend):
+class CudaBackend(_OnTheDevice):
     """CUDA C++ (inline PTX allowed) compiled by nvcc into a shared library."""
 
     name = "cuda"
-    device = "cuda"
 
     def __init__(self, arch: str | None = None):
         self.arch = arch or cuda_arch()
@@ -169,8 +174,7 @@ class CudaBackend(Backend):
         return build_library(self.name, candidate, target, compile_into)
 
     def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
-        if not cuda_device_available():
-            raise device_unavailable(self.name)
+        self.require_device()
         import torch
 
         torch.cuda.init()  # the runtime in the library shares PyTorch's primary context
@@ -201,7 +205,7 @@ def _run_nvcc(command: list[str], cwd: Path) -> str:
     return log
 
 
-class TritonBackend(Backend):
+class TritonBackend(_OnTheDevice):
     """A Python file with ``@triton.jit`` kernels and the workload's ``forward``.
 
     Triton compiles at the first call and runs ptxas (and, once, a C compiler for its
@@ -211,7 +215,6 @@ class TritonBackend(Backend):
 
     name = "triton"
     needs_processes = True
-    device = "cuda"
 
     def describe(self) -> dict[str, str]:
         try:
@@ -225,8 +228,7 @@ class TritonBackend(Backend):
         return Artifact(self.name, artifact.path, artifact.cached)
 
     def load(self, artifact: Artifact, workload: Workload, *, fill_outputs: bool) -> Forward:
-        if not cuda_device_available():
-            raise device_unavailable(self.name)
+        self.require_device()
         # a sandboxed job may write only its own directory: Triton's cache goes there
         os.environ["TRITON_HOME"] = str(Path.cwd())
         os.environ["TRITON_CACHE_DIR"] = str(Path.cwd() / "triton-cache")
