@@ -5,6 +5,7 @@ Jobs must be importable by the forkserver, so they are standard-library function
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -159,23 +160,30 @@ def test_credentials_in_the_initial_environment_do_not_reach_jobs(tmp_path: Path
     assert "environ False" in done.stdout, "the job read the secret from /proc/self/environ"
 
 
-def test_the_preloaded_compiler_is_sized_for_the_job_not_the_forkserver() -> None:
-    """torch's compiler is imported before the job is pinned; its pool of compile workers,
-    its debug directory and Inductor's precompiled headers must still follow the job's
-    cores, working directory and user (elsewhere the job may not write)."""
-    probe = ("(__import__('torch._inductor.config', fromlist=['_']).compile_threads, "
-             "__import__('torch._dynamo.config', fromlist=['_']).debug_dir_root, "
-             "__import__('torch._inductor.codecache', fromlist=['_'])._HEADER_LOCK_DIR, "
-             "__import__('os').getcwd())")
-    core = min(os.sched_getaffinity(0))
-    outcome = run_job(eval, probe, limits=Limits(cores=(core,)))
-    assert outcome.status is JobStatus.OK, outcome.detail
-    threads, debug_dir, header_locks, workdir = outcome.value
+# what a job's compiler derived: compile workers, debug directory, precompiled headers
+_COMPILER_PROBE = ("(__import__('torch._inductor.config', fromlist=['_']).compile_threads, "
+                   "__import__('torch._dynamo.config', fromlist=['_']).debug_dir_root, "
+                   "__import__('torch._inductor.codecache', fromlist=['_'])._HEADER_LOCK_DIR, "
+                   "__import__('os').getcwd())")
+
+
+def _assert_sized_for_the_job(threads: int, debug_dir: str, header_locks: str,
+                              workdir: str) -> None:
     assert threads == 1
     assert Path(debug_dir).parent == Path(workdir)
     user = job_user(isolate=True)
     assert Path(header_locks) == (Path(workdir) / f"torchinductor_{user}" / "precompiled_headers"
                                   / "locks")
+
+
+def test_the_preloaded_compiler_is_sized_for_the_job_not_the_forkserver() -> None:
+    """torch's compiler is imported before the job is pinned; its pool of compile workers,
+    its debug directory and Inductor's precompiled headers must still follow the job's
+    cores, working directory and user (elsewhere the job may not write)."""
+    core = min(os.sched_getaffinity(0))
+    outcome = run_job(eval, _COMPILER_PROBE, limits=Limits(cores=(core,)))
+    assert outcome.status is JobStatus.OK, outcome.detail
+    _assert_sized_for_the_job(*outcome.value)
 
 
 def test_jobs_of_c_kernels_start_without_the_compiler_and_one_that_needs_it_imports_it(
@@ -184,6 +192,7 @@ def test_jobs_of_c_kernels_start_without_the_compiler_and_one_that_needs_it_impo
     without torch's compiler (seconds of imports at every command's start); a job that
     compiles all the same imports it, sized for the job as the preloaded one is."""
     script = textwrap.dedent("""
+        import json, os, sys
         from pathlib import Path
         import torch
         from swarmfab.evaluation import Evaluator
@@ -195,24 +204,18 @@ def test_jobs_of_c_kernels_start_without_the_compiler_and_one_that_needs_it_impo
                       tolerances=kda.tolerances(torch.float32), limits=Limits(wall_s=60))
             modules = "__import__('sys').modules"
             loaded = f"[m for m in ('torch._dynamo', 'torch._inductor') if m in {modules}]"
-            print("preloaded", bool(run_job(eval, loaded).value))
-            core = min(__import__('os').sched_getaffinity(0))
-            probe = ("(__import__('torch._inductor.config', fromlist=['_']).compile_threads, "
-                     "__import__('torch._dynamo.config', fromlist=['_']).debug_dir_root, "
-                     "__import__('os').getcwd())")
-            outcome = run_job(eval, probe, limits=Limits(cores=(core,)))
-            threads, debug_dir, workdir = outcome.value
-            print("threads", threads)
-            print("debug dir in the job's", Path(debug_dir).parent == Path(workdir))
+            core = min(os.sched_getaffinity(0))
+            print(json.dumps([run_job(eval, loaded).value,
+                              run_job(eval, sys.argv[1], limits=Limits(cores=(core,))).value]))
     """)
     path = tmp_path / "probe.py"
     path.write_text(script)
-    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=180, check=False)
+    done = subprocess.run([sys.executable, str(path), _COMPILER_PROBE], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=180, check=False)
     assert done.returncode == 0, done.stderr
-    assert "preloaded False" in done.stdout
-    assert "threads 1" in done.stdout
-    assert "debug dir in the job's True" in done.stdout
+    preloaded, sized = json.loads(done.stdout.splitlines()[-1])
+    assert preloaded == []
+    _assert_sized_for_the_job(*sized)
 
 
 def test_a_job_is_told_the_user_it_runs_as() -> None:
