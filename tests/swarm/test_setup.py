@@ -4,8 +4,12 @@ the whole command within its budget plus the stated grace."""
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,7 +25,7 @@ from swarmfab.records import Estimate
 from swarmfab.sandbox import Limits
 from swarmfab.swarm import Run
 from swarmfab.swarm.budget import SETUP_SHARE, Budget
-from swarmfab.swarm.setup import DEVICE_BASELINES_S, Setup, busy_cores
+from swarmfab.swarm.setup import DEVICE_BASELINES_S, Setup, _own_ticks, busy_cores
 from swarmfab.workloads import design_space, get_workload
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -111,19 +115,39 @@ def test_timing_the_baselines_stops_at_the_budgets_end_with_the_reason(tmp_path:
 
 
 def test_other_processes_keeping_cores_busy_are_seen() -> None:
-    """The load warning's reading: a spinning child shows up as about one busy core."""
-    import subprocess
-    import sys
-
+    """The load warning's reading: a spinning process outside this one's tree (started
+    through a shell that exits, so init adopts it) shows up as about one busy core."""
     quiet = busy_cores()
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    shell = subprocess.run(
+        ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True, text=True, check=True)
+    spinner = int(shell.stdout)
     try:
         time.sleep(0.3)
         busy = busy_cores(0.5)
     finally:
-        spinner.kill()
-        spinner.wait()
+        os.kill(spinner, signal.SIGKILL)
     assert busy >= min(0.7, quiet + 0.5), (quiet, busy)
+
+
+def test_this_process_tree_is_not_other_load() -> None:
+    """What this process and its descendants spend (a run's forkserver importing torch
+    as the run starts) is not other processes' load: with two grandchildren spinning,
+    every core of a 2-core host is busy, and busy_cores still reads the others' share."""
+    spin = f"'{sys.executable}' -c 'while True: pass'"
+    spinners = subprocess.Popen(["sh", "-c", f"{spin} & {spin}; wait"], start_new_session=True)
+    try:
+        time.sleep(0.3)
+        before, start = _own_ticks(), time.monotonic()
+        others = busy_cores(0.5)
+        spent = (_own_ticks() - before) / os.sysconf("SC_CLK_TCK")
+        elapsed = time.monotonic() - start
+    finally:
+        os.killpg(spinners.pid, signal.SIGKILL)  # the shell and its two spinners
+        spinners.wait()
+    # the other tests' workers share the cores: the spinners get some of them, not all
+    assert spent >= 0.5 * elapsed, (spent, elapsed)
+    assert others <= (os.cpu_count() or 1) - 0.5, others  # all of them, counted as others
 
 
 def test_baseline_timings_measured_side_by_side_are_reused_by_the_next_run(

@@ -335,22 +335,53 @@ def _fastest(call: Callable[..., object], *args: object, repeats: int = 2) -> fl
 
 
 def busy_cores(interval_s: float = 0.25) -> float:
-    """How many cores other processes kept busy over ``interval_s`` (this process is
-    idle meanwhile), from /proc/stat; 0 where it cannot be read."""
-    def sample() -> tuple[int, int]:
+    """How many cores other processes kept busy over ``interval_s``, from /proc/stat; 0
+    where it cannot be read. This process and its descendants are not counted (the
+    sandbox's forkserver imports torch in the background while a run starts): their
+    ticks, from /proc/PID/stat, are taken off the host's."""
+    def sample() -> tuple[int, int, int]:
         fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
         idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        return sum(fields[:8]), idle
+        return sum(fields[:8]), idle, _own_ticks()
 
     try:
-        total0, idle0 = sample()
+        total0, idle0, own0 = sample()
         time.sleep(interval_s)
-        total1, idle1 = sample()
+        total1, idle1, own1 = sample()
     except (OSError, ValueError, IndexError):
         return 0.0
     if total1 <= total0:
         return 0.0
-    return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / (total1 - total0))
+    cores = os.cpu_count() or 1
+    busy = (total1 - total0) - (idle1 - idle0) - max(0, own1 - own0)
+    return max(0.0, cores * busy / (total1 - total0))
+
+
+def _own_ticks() -> int:
+    """CPU ticks used by this process and its descendants (those reaped included), by
+    /proc/PID/stat: user and system time, with the children's the kernel has added."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:  # ended meanwhile
+            continue
+        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    tree, total = [os.getpid()], 0
+    while tree:
+        pid = tree.pop()
+        total += ticks.get(pid, 0)
+        tree.extend(children.get(pid, ()))
+    return total
 
 
 @contextmanager
