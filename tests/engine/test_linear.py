@@ -67,7 +67,7 @@ def test_each_choice_names_what_it_runs() -> None:
 
 @needs_onednn
 def test_auto_keeps_the_weight_its_probe_packed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("swarmfab.kernels._gemm.CLEARLY_FASTER", float("inf"))  # oneDNN wins
+    monkeypatch.setattr("swarmfab.kernels.gemm.CLEARLY_FASTER", float("inf"))  # oneDNN wins
     weight = torch.randn(64, 32)
     linear, name = choose("auto", weight)
     assert name == "onednn" and isinstance(linear, PackedLinear)

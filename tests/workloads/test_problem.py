@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from swarmfab.cli import app
 from swarmfab.errors import CandidateError, GoalError, WorkloadError
 from swarmfab.goal import default_goal
-from swarmfab.kernels import DesignSpace, onednn_available, onednn_clearly_faster
+from swarmfab.kernels import DesignSpace
+from swarmfab.kernels.gemm import onednn_available, onednn_clearly_faster
 from swarmfab.workloads import Case, Dims, design_space, get_workload
 from swarmfab.workloads._problem import ProblemWorkload, build_module
 from swarmfab.workloads._problem_sizes import (

@@ -25,12 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from swarmfab.errors import EngineError
-from swarmfab.kernels import (
-    host_cpu_flags,
-    onednn_available,
-    onednn_clearly_faster,
-    onednn_linear,
-)
+from swarmfab.kernels import host_cpu_flags
+from swarmfab.kernels.gemm import onednn_available, onednn_clearly_faster, onednn_linear
 
 __all__ = ["LINEARS", "Linear", "PackedLinear", "checked", "choose", "onednn_available",
            "onednn_packs"]

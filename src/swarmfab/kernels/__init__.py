@@ -1,13 +1,10 @@
-"""Kernel design spaces that built-in agents instantiate, one sub-package per workload."""
+"""Kernel design spaces that built-in agents instantiate, one sub-package per workload.
 
-from swarmfab.kernels._gemm import (
-    onednn_available,
-    onednn_clearly_faster,
-    onednn_gemm_faster,
-    onednn_linear,
-)
+Importing this package does not import torch (the store and the commands that only read
+it need the design spaces' types): :mod:`swarmfab.kernels.gemm`, which times torch's
+GEMMs, is imported where it is used."""
+
 from swarmfab.kernels._host import BF16_FLAGS, host_cpu_flags
 from swarmfab.kernels._space import DesignSpace, Knob, KnobValue, Setting
 
-__all__ = ["BF16_FLAGS", "DesignSpace", "Knob", "KnobValue", "Setting", "host_cpu_flags",
-           "onednn_available", "onednn_clearly_faster", "onednn_gemm_faster", "onednn_linear"]
+__all__ = ["BF16_FLAGS", "DesignSpace", "Knob", "KnobValue", "Setting", "host_cpu_flags"]

@@ -13,7 +13,7 @@ frozen, converted) and whose later calls take it. A user can read the file and k
 - layout, ``layout``: channels-last activations and weights (problems with convolutions);
 - library, ``gemm``: the float32 GEMMs (``F.linear``, matmuls by a 2-D matrix) through
   ATen's BLAS (MKL) or oneDNN, one opaque operator that Inductor fuses around. Which is
-  faster depends on the CPU (:mod:`~swarmfab.kernels._gemm`): the default is the one a
+  faster depends on the CPU (:mod:`~swarmfab.kernels.gemm`): the default is the one a
   probe found clearly faster here, and the search may try the other (problems with
   GEMMs, where torch has oneDNN);
 - numerics, ``precision``: bfloat16 autocast, only where the CPU has bfloat16
@@ -38,9 +38,9 @@ import re
 import textwrap
 
 from swarmfab.kernels._allocator import RETAIN_SOURCE, faults_are_costly, glibc_malloc
-from swarmfab.kernels._gemm import onednn_available, onednn_gemm_faster
 from swarmfab.kernels._host import BF16_FLAGS, host_cpu_flags
 from swarmfab.kernels._space import DesignSpace, Knob, Setting
+from swarmfab.kernels.gemm import onednn_available, onednn_gemm_faster
 
 __all__ = ["module_space", "render_module"]
 

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -47,7 +47,9 @@ from swarmfab.knowledge._sqlite import sqlite_pragmas
 from swarmfab.knowledge.recall import Champion, Recalled, recall_champions
 from swarmfab.measure.roofline import HostPeaks
 from swarmfab.records import Candidate, Lesson, Status, Verdict
-from swarmfab.workloads import Case
+
+if TYPE_CHECKING:  # the workloads import torch, which reading a store never needs
+    from swarmfab.workloads import Case
 
 __all__ = ["DEFAULT_DB", "LATEST", "Store", "database_url"]
 
@@ -436,6 +438,8 @@ class Store:
 
     def cases(self, workload: str) -> list[Case]:
         """Stored cases of a workload, oldest first."""
+        from swarmfab.workloads import Case
+
         with self.session() as s:
             rows = list(s.scalars(
                 select(CaseRow).where(CaseRow.workload == workload).order_by(CaseRow.id)))

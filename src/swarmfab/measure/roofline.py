@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import torch
-
 __all__ = [
     "IMPOSSIBLE_FRACTION",
     "HostPeaks",
@@ -95,12 +93,15 @@ def _best_seconds(call: Callable[[], object], repeats: int) -> float:
 
 def device_fingerprint() -> str:
     """The CUDA device's name and capability: GPU peaks are reused on the same model."""
+    import torch
+
     major, minor = torch.cuda.get_device_capability()
     return f"{torch.cuda.get_device_name()} | sm_{major}{minor} | cuda"
 
 
 def _device_seconds(call: Callable[[], object], repeats: int) -> float:
     """The fastest of ``repeats`` calls, each bracketed by device synchronisations."""
+    import torch
 
     def synchronised() -> None:
         call()
@@ -114,6 +115,8 @@ def measure_device_peaks() -> HostPeaks:
     """The CUDA device's float32-input GEMM rate (TF32 tensor cores allowed: the fastest
     way float32 inputs can be multiplied, so no honest kernel beats it) and copy
     bandwidth."""
+    import torch
+
     n = 8192
     allowed = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -137,6 +140,8 @@ def measure_peaks(threads: int, device: str = "cpu", fma_library: str | None = N
     this host (``build_fma_library``); without it only the GEMM rate counts."""
     if device == "cuda":
         return measure_device_peaks()
+    import torch
+
     torch.set_num_threads(threads)
     a = torch.randn(_GEMM_N, _GEMM_N)
     b = torch.randn(_GEMM_N, _GEMM_N)
