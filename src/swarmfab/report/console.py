@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from swarmfab.evaluation import SideBySide
 from swarmfab.records import Estimate, Verdict
+
+if TYPE_CHECKING:  # the evaluation imports torch; a report of stored runs needs none
+    from swarmfab.evaluation import SideBySide
 
 __all__ = ["against_itself_table", "bench_table", "run_table", "verdict_table"]
 
