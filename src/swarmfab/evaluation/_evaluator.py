@@ -245,14 +245,18 @@ class Evaluator:
     ) -> JobOutcome:
         """Time ``plan`` side by side (:mod:`._conductor`), every implementation in a
         session of its own on ``cores``, at least ``wall_s`` allowed to each but none past
-        ``deadline``; how it ended, as a job's outcome."""
+        ``deadline``; how it ended, as a job's outcome. Every session lives until the
+        whole plan is timed, so each is allowed a job's wall-clock limit per shape of the
+        plan: an evaluation on five large shapes against a slow baseline on a loaded host
+        otherwise ran out of one job's limit (a trusted baseline's slowness, counted
+        against the candidate as a timeout)."""
         if self._cancel.is_set():
             raise Cancelled("the run is stopping")
         plan, stage = conductor.staged(plan)
 
         def start(implementation: Implementation, cases: list[Case]) -> Session:
             limits = self._limits_for([implementation])
-            allowed = max(limits.wall_s, wall_s)
+            allowed = max(limits.wall_s * len(cases), wall_s)
             if deadline is not None:
                 allowed = max(0.1, min(allowed, deadline - time.monotonic()))
             limits = dataclasses.replace(limits, cores=cores, wall_s=allowed)
