@@ -68,8 +68,8 @@ def show(
     """A run at a glance: goal, champion and its figures, verdicts by status, agent, reason."""
     from collections import Counter
 
-    from swarmfab.agents.llm.spend import summarise_events
     from swarmfab.knowledge import Store
+    from swarmfab.report.llm import summarise_events
 
     store = Store(db)
     record = store.run(run_id)

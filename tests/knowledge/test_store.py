@@ -227,14 +227,19 @@ def test_a_store_on_a_full_disk_says_so_and_keeps_what_it_holds(
     assert result["read"] == [str(index) for index in range(result["written"])]
 
 
-def test_listing_runs_does_not_import_torch(tmp_path: Path) -> None:
+def test_reading_runs_does_not_import_torch(tmp_path: Path) -> None:
     """Reading the store needs SQLAlchemy, not torch (2.5 s of imports on a 2-core host):
-    ``swarmfab runs`` and ``--help`` answer without it."""
+    ``swarmfab runs``, ``show``, ``report`` and ``--help`` answer without it."""
     import subprocess
 
+    db = tmp_path / "x.db"
+    store = Store(db)
+    run = store.start_run("kda", GOAL, HOST)
+    store.finish_run(run, "finished", {"champion": None, "shapes": []})
     code = ("import sys\nfrom typer.testing import CliRunner\nfrom swarmfab.cli import app\n"
-            f"done = CliRunner().invoke(app, ['runs', '--db', {str(tmp_path / 'x.db')!r}])\n"
-            "assert done.exit_code == 0, done.output\n"
+            "for args in (['runs'], ['show'], ['report'], ['report', '--json']):\n"
+            f"    done = CliRunner().invoke(app, [*args, '--db', {str(db)!r}])\n"
+            "    assert done.exit_code == 0, (args, done.output)\n"
             "assert CliRunner().invoke(app, ['--help']).exit_code == 0\n"
             "print(sorted(name for name in sys.modules if name.split('.')[0] == 'torch')[:3])\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

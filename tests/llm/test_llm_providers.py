@@ -19,9 +19,10 @@ from swarmfab.agents.llm.providers import (
     make_provider,
     read_api_key,
 )
-from swarmfab.agents.llm.spend import Pricing, Spend, summarise_events
+from swarmfab.agents.llm.spend import Pricing, Spend
 from swarmfab.errors import GoalError, ProviderError
 from swarmfab.goal import LLMSettings
+from swarmfab.report.llm import summarise_events
 from swarmfab.sandbox import scrubbed_environment
 
 ASK = [Message("system", "be brief"), Message("user", "make it faster")]

@@ -8,13 +8,12 @@ any, can stop the agents.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from swarmfab.agents.llm.providers import Completion
 from swarmfab.goal import LLMSettings
 
-__all__ = ["KNOWN_PRICES", "Pricing", "Spend", "summarise_events"]
+__all__ = ["KNOWN_PRICES", "Pricing", "Spend"]
 
 # USD per million (input, output) tokens, list prices; a model name matches by prefix.
 KNOWN_PRICES: dict[str, tuple[float, float]] = {
@@ -100,33 +99,3 @@ class Spend:
             "cost_usd": round(self.cost_usd, 6) if self.pricing.known else None,
             "budget_usd": self.budget_usd, "budget_tokens": self.budget_tokens,
         }
-
-
-def summarise_events(events: list[tuple[str, str]]) -> dict[str, object] | None:
-    """What the LLM agents of a run did, from its recorded events; None if they did nothing.
-
-    Calls, tokens and cost add up the agents' ``llm-call`` events and the reviewer's
-    ``llm-review`` ones; the cost is None when any call had no known price, so a partial
-    sum is never shown as the total.
-    """
-    counts: dict[str, int] = {}
-    for kind, _ in events:
-        if kind.startswith("llm-"):
-            counts[kind] = counts.get(kind, 0) + 1
-    if not counts:
-        return None
-    reviews = [json.loads(detail) for kind, detail in events if kind == "llm-review"]
-    calls = [json.loads(detail) for kind, detail in events if kind == "llm-call"]
-    calls += [review for review in reviews if review.get("input_tokens")]
-    costs = [call.get("cost_usd") for call in calls]
-    return {
-        "calls": len(calls),
-        "input_tokens": sum(int(call.get("input_tokens", 0)) for call in calls),
-        "output_tokens": sum(int(call.get("output_tokens", 0)) for call in calls),
-        "estimated_calls": sum(bool(call.get("estimated")) for call in calls),
-        "cost_usd": (round(sum(c for c in costs if c is not None), 6)
-                     if all(c is not None for c in costs) else None),
-        "events": counts,
-        "reviews": [{"candidate": r.get("candidate"), "opinion": r.get("opinion")}
-                    for r in reviews],
-    }
