@@ -1,7 +1,7 @@
-"""What a run's LLM agents did, summed from its stored events (``llm-call``, written by
-:class:`~swarmfab.agents.llm.spend.Spend`'s users, and the reviewer's ``llm-review``).
-Reading them needs neither the agents nor torch: ``swarmfab show`` answers without
-either."""
+"""What a run's LLM agents did, summed from its stored events (``llm-call`` and the other
+``llm-`` kinds, written by :class:`~swarmfab.agents.llm.LLMAgent`, and the reviewer's
+``llm-review``). Reading them needs neither the agents nor torch: ``swarmfab show``
+answers without either."""
 
 from __future__ import annotations
 
