@@ -78,6 +78,8 @@ VARIANTS: list[tuple[str, dict[str, KnobValue]]] = [
     ("recurrent-deferred-separate-narrow", {**RECURRENT, "decay": "deferred",
                                             "passes": "separate", "tile_v": 8,
                                             "token_group": 1}),
+    # a value head per job (the default runs up to 4 side by side, block by block)
+    ("recurrent-one-head-per-job", {**RECURRENT, "head_group": 1, "token_group": 1}),
     # one token per sequence through the prefill tiles (decode=direct is the default)
     ("recurrent-decode-through-tiles", {**RECURRENT, "decode": "tiles"}),
     ("recurrent-decode-direct-serial-unprefetched", {**RECURRENT, "parallel": "serial",

@@ -41,7 +41,8 @@ _PASSES = {"separate": 4, "fused": 2, "pipelined": 1}
 _OUTPUT_PAGES = {"small": 0, "huge": 1, "populated": 2}
 # what only the recurrence's tiles read: a one-token call with decode=direct never does
 _TILE_KNOBS = frozenset({"passes", "decay", "tile_v", "token_group", "block_tokens",
-                         "row_group", "state_layout", "output_stores", "input_prefetch"})
+                         "head_group", "row_group", "state_layout", "output_stores",
+                         "input_prefetch"})
 
 
 _ADVISED_BYTES = 2 * 2**20  # common.h: smaller outputs are left as they are (DELTA_HUGE)
@@ -100,6 +101,8 @@ def _recurrent_defines(setting: Setting, threads: int) -> list[str]:
         *([] if vmajor or passes == 4 else [f"#define RC_ROWS {setting['row_group']}"]),
         *([f"#define RC_GROUP {setting['token_group']}"]
           if grouped and setting["token_group"] != 1 else []),
+        *([f"#define RC_HEADS {setting['head_group']}"]
+          if setting["parallel"] != "tiles" and setting["head_group"] != 1 else []),
         *(["#define RC_STREAM 1"] if setting["output_stores"] == "streaming" else []),
         *(["#define RC_PREFETCH 1"] if setting["input_prefetch"] == "ahead" else []),
         *(["#define RC_STATE_AHEAD 1"] if setting["state_prefetch"] == "next" else []),
@@ -157,7 +160,9 @@ def delta_space(workload: str) -> DesignSpace:
     vector registers, with one row of partial sums per step), inputs and the next
     job's state prefetched, outputs streamed past the cache: 1.06-1.15x at prefill on a
     2-core Zen 4, 1.07-1.4x on a 2-core Xeon; blocks of 16 tokens, whose prepared rows
-    stay in L1: 1.03-1.07x at the 32 MiB prefill shapes on that Xeon), so the single move
+    stay in L1: 1.03-1.07x at the 32 MiB prefill shapes on that Xeon; up to 4 value heads
+    per job, run block by block, whose rows share pages: 1.02-1.05x at prefill on a 2-core
+    Zen 3 VM without huge pages), so the single move
     to that template compares the two algorithms at their best, not at their most naive.
     At one token per sequence the recurrence updates each state where it lies
     (``decode=direct``): B256 decode in place ran 1.7x faster so on a 2-core Zen 4, near
@@ -225,6 +230,11 @@ def delta_space(workload: str) -> DesignSpace:
                  help="recurrence: tokens whose rescaled queries and keys are prepared at "
                       "once (few: they stay in L1 beside a state tile; the next block's "
                       "inputs are asked for this far ahead)"),
+            Knob("head_group", "tiling", (1, 2, 4), 4, ordered=True,
+                 help="recurrence: value heads a job runs side by side, block by block "
+                      "(neighbouring heads' rows share pages: each is translated once for "
+                      "them); fewer where the heads do not divide evenly or their states "
+                      "pass 256 KB"),
             Knob("micro_cols", "tiling", (16, 32, 64), 32, ordered=True,
                  help="chunked: columns a micro-kernel keeps in registers"),
             Knob("register_rows", "vectorisation", (2, 4, 8, 12), 4, ordered=True,

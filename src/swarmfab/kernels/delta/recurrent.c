@@ -57,6 +57,11 @@
  *                groups of 4; 8 columns on AVX2). With RC_PASSES 1 a group's update
  *                sweep also projects the next group of the block: one load and one store
  *                per state element and group.
+ *   RC_HEADS     heads a job runs side by side, block by block (at most; whole-head jobs
+ *                only): a token's rows of q, k, g, v and o lie H*K or HV*V floats apart, a
+ *                new page per token and head at H*K >= 1024, and neighbouring heads share
+ *                those pages, so the heads of a job translate each page once. Their states
+ *                (RC_HEADS_BYTES at most) stay in L2 between blocks.
  *   RC_DECODE_DIRECT 1: a call of one token per sequence (decode) updates each state where
  *                it lies, in two sweeps over its rows and no working copy: the first reads
  *                S^T (k d) and S^T (q d) (d the token's decay), the second writes
@@ -121,6 +126,10 @@
 #ifndef RC_DECODE_DIRECT
 #define RC_DECODE_DIRECT 0
 #endif
+#ifndef RC_HEADS
+#define RC_HEADS 1
+#endif
+#define RC_HEADS_BYTES (256 * 1024)  /* a job's states, within a 512 KB L2 beside the rest */
 #if RC_STREAM && defined(__AVX__)
 #include <immintrin.h>
 #endif
@@ -226,7 +235,10 @@ typedef struct {
     float *KC;     /* RC_NB x K: k * c                     (S^T k) */
     float *KI;     /* RC_NB x K: k / c                     (update) */
     float *SC;     /* RC_NB x K: what the state is scaled by before token s, where scaled[s] */
-    float *beta, *L, *acc, *S;
+    float *beta, *acc;
+    float *S;      /* the job's state tiles, head after head */
+    float *L;      /* the log decays since the last renormalisation of the head prepared */
+    float *logs;   /* every head's L, K floats each */
     float *DK;     /* RC_NB x RC_GROUP: (k_a / c_a) . (k_s c_s) for group-mates a < s */
     float *DQ;     /* RC_NB x RC_GROUP: (k_a / c_a) . (scale q_s c_s) for a <= s */
     unsigned char *scaled;
@@ -876,56 +888,69 @@ run_block(const delta_args *a, rc_work *w, float *restrict S, int64_t b, int64_t
 }
 #endif
 
-/* One (batch, value head) over the whole sequence, for tiles [tile0, tile1); next: the
- * initial state of the job this thread likely runs next (RC_STATE_AHEAD), or NULL. */
-static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv, int64_t tile0,
-                    int64_t tile1, const float *next)
+/* Value heads hv0 .. hv0 + heads - 1 of batch b over the whole sequence, for tiles [tile0,
+ * tile1), block after block, each block head after head (RC_HEADS). next: the first value
+ * head of the job this thread likely runs next (RC_STATE_AHEAD), or -1. */
+static void run_job(const delta_args *a, rc_work *w, int64_t b, int64_t hv0, int heads,
+                    int64_t tile0, int64_t tile1, int64_t next)
 {
-    const int64_t K = a->K, V = a->V, T = a->T;
-    const float *h0 = a->h0 ? a->h0 + delta_state(a, b, hv) : NULL;
-    for (int64_t d = 0; d < K; d++) w->L[d] = 0.0f;
-    /* rows outermost: the initial and final states are read and written in address
-     * order (decode moves little else) */
-    for (int64_t i = 0; i < K; i++)
-        for (int64_t tile = tile0; tile < tile1; tile++) {
-            float *S = w->S + (tile - tile0) * K * RC_BV;
-            const int64_t v0 = tile * RC_BV;
-            const int bv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
-            for (int j = 0; j < bv; j++) RC_AT(S, i, j, K) = h0 ? h0[i * V + v0 + j] : 0.0f;
-            if (!RC_VMAJOR)  /* a partial tile's padding columns (tile_values) */
-                for (int j = bv; j < RC_BV; j++) RC_AT(S, i, j, K) = 0.0f;
-        }
+    const int64_t K = a->K, V = a->V, T = a->T, span = (tile1 - tile0) * K * RC_BV;
+    for (int x = 0; x < heads; x++) {
+        const float *h0 = a->h0 ? a->h0 + delta_state(a, b, hv0 + x) : NULL;
+        for (int64_t d = 0; d < K; d++) w->logs[x * K + d] = 0.0f;
+        /* rows outermost: the initial and final states are read and written in address
+         * order (decode moves little else) */
+        for (int64_t i = 0; i < K; i++)
+            for (int64_t tile = tile0; tile < tile1; tile++) {
+                float *S = w->S + x * span + (tile - tile0) * K * RC_BV;
+                const int64_t v0 = tile * RC_BV;
+                const int bv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
+                for (int j = 0; j < bv; j++) RC_AT(S, i, j, K) = h0 ? h0[i * V + v0 + j] : 0.0f;
+                if (!RC_VMAJOR)  /* a partial tile's padding columns (tile_values) */
+                    for (int j = bv; j < RC_BV; j++) RC_AT(S, i, j, K) = 0.0f;
+            }
+    }
     for (int64_t t0 = 0; t0 < T; t0 += RC_NB) {
         const int n = (int)(T - t0 < RC_NB ? T - t0 : RC_NB);
-        prepare(a, w, b, hv, t0, n);
-        for (int64_t tile = tile0; tile < tile1; tile++) {
-            float *S = w->S + (tile - tile0) * K * RC_BV;
-            const int64_t v0 = tile * RC_BV;
-            const int nv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
-            const rc_share ahead = tile_share(K, tile - tile0, tile1 - tile0);
+        for (int x = 0; x < heads; x++) {
+            const int64_t hv = hv0 + x;
+            w->L = w->logs + x * K;
+            prepare(a, w, b, hv, t0, n);
+            for (int64_t tile = tile0; tile < tile1; tile++) {
+                float *S = w->S + x * span + (tile - tile0) * K * RC_BV;
+                const int64_t v0 = tile * RC_BV;
+                const int nv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
+                const rc_share ahead = tile_share(K, tile - tile0, tile1 - tile0);
 #if RC_VMAJOR
-            if (nv == RC_BV)  /* full tile: constant trip counts, fully vectorised */
-                run_block(a, w, S, b, hv, t0, n, v0, RC_BV, ahead);
-            else
-                run_block(a, w, S, b, hv, t0, n, v0, nv, ahead);
+                if (nv == RC_BV)  /* full tile: constant trip counts, fully vectorised */
+                    run_block(a, w, S, b, hv, t0, n, v0, RC_BV, ahead);
+                else
+                    run_block(a, w, S, b, hv, t0, n, v0, nv, ahead);
 #else
-            run_block(a, w, S, b, hv, t0, n, v0, nv, ahead);  /* padded: tile_values */
+                run_block(a, w, S, b, hv, t0, n, v0, nv, ahead);  /* padded: tile_values */
 #endif
+            }
         }
     }
 #if RC_STREAM && defined(__AVX__)
     _mm_sfence();  /* streamed outputs are in memory before the job is reported done */
 #endif
     if (!a->ht) return;
-    float *ht = a->ht + delta_state(a, b, hv);
-    for (int64_t d = 0; d < K; d++) w->L[d] = RC_DEFERRED ? delta_exp(w->L[d]) : 1.0f;  /* c */
-    for (int64_t i = 0; i < K; i++) {
-        if (RC_STATE_AHEAD && next) prefetch_lines(next + i * V, V);
-        for (int64_t tile = tile0; tile < tile1; tile++) {
-            const float *S = w->S + (tile - tile0) * K * RC_BV;
-            const int64_t v0 = tile * RC_BV;
-            const int bv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
-            for (int j = 0; j < bv; j++) ht[i * V + v0 + j] = w->L[i] * RC_AT(S, i, j, K);
+    for (int x = 0; x < heads; x++) {
+        float *ht = a->ht + delta_state(a, b, hv0 + x);
+        const float *ahead = NULL;  /* the next job's state of the same rank */
+        if (RC_STATE_AHEAD && next >= 0 && a->h0)
+            ahead = a->h0 + delta_state(a, (next + x) / a->HV, (next + x) % a->HV);
+        float *c = w->logs + x * K;
+        for (int64_t d = 0; d < K; d++) c[d] = RC_DEFERRED ? delta_exp(c[d]) : 1.0f;
+        for (int64_t i = 0; i < K; i++) {
+            if (ahead) prefetch_lines(ahead + i * V, V);
+            for (int64_t tile = tile0; tile < tile1; tile++) {
+                const float *S = w->S + x * span + (tile - tile0) * K * RC_BV;
+                const int64_t v0 = tile * RC_BV;
+                const int bv = (int)(V - v0 < RC_BV ? V - v0 : RC_BV);
+                for (int j = 0; j < bv; j++) ht[i * V + v0 + j] = c[i] * RC_AT(S, i, j, K);
+            }
         }
     }
 }
@@ -937,18 +962,18 @@ static float *take(float **cursor, size_t count)
     return block;
 }
 
-static void *work_alloc(rc_work *w, int64_t K, int64_t tiles)
+static void *work_alloc(rc_work *w, int64_t K, int64_t tiles, int heads)
 {
-    const size_t nk = (size_t)RC_NB * K, state = (size_t)tiles * K * RC_BV;
+    const size_t nk = (size_t)RC_NB * K, state = (size_t)heads * tiles * K * RC_BV;
     const size_t groups = (size_t)RC_NB * RC_GROUP_SLOTS;
-    const size_t total = 4 * (nk + 16) + 3 * (RC_NB + 16) + (K + 16) + (RC_BV + 16) + state
-                       + 2 * (groups + 16);
+    const size_t total = 4 * (nk + 16) + 3 * (RC_NB + 16) + (heads * K + 16) + (RC_BV + 16)
+                       + state + 2 * (groups + 16);
     float *base = aligned_alloc(64, (total * sizeof(float) + 63) / 64 * 64);
     if (!base) return NULL;
     float *cursor = base;
     w->QC = take(&cursor, nk); w->KC = take(&cursor, nk);
     w->KI = take(&cursor, nk); w->SC = take(&cursor, nk);
-    w->beta = take(&cursor, RC_NB); w->L = take(&cursor, (size_t)K);
+    w->beta = take(&cursor, RC_NB); w->logs = w->L = take(&cursor, (size_t)heads * K);
     w->acc = take(&cursor, RC_BV);
     w->scaled = (unsigned char *)take(&cursor, 2 * RC_NB);
     w->DK = take(&cursor, groups); w->DQ = take(&cursor, groups);
@@ -1086,30 +1111,44 @@ static int decode_run(const delta_args *a)
 }
 #endif
 
+/* Heads per job (RC_HEADS): the most, up to RC_HEADS, that divide HV, keep their states
+ * within RC_HEADS_BYTES and give no thread more heads than one head per job would. */
+static int job_heads(const delta_args *a, int threads)
+{
+    const int64_t heads = a->B * a->HV, most = (heads + threads - 1) / threads;
+    int m = RC_HEADS;
+    while (m > 1 && (a->HV % m || (int64_t)m * a->K * a->V * 4 > RC_HEADS_BYTES
+                     || (heads / m + threads - 1) / threads * m > most))
+        m--;
+    return m;
+}
+
 static int delta_run(const delta_args *a)
 {
     const int64_t B = a->B, HV = a->HV, K = a->K, V = a->V;
-    advise_outputs(a, RC_PARALLEL ? RC_THREADS : 1);
+    const int threads = RC_PARALLEL ? RC_THREADS : 1;
+    advise_outputs(a, threads);
 #if RC_DECODE_DIRECT
     if (a->T == 1) return decode_run(a);
 #endif
     const int64_t tiles = (V + RC_BV - 1) / RC_BV;
-    const int64_t per_job = RC_PARALLEL == 2 ? 1 : tiles, jobs = B * HV * (tiles / per_job);
+    const int64_t per_job = RC_PARALLEL == 2 ? 1 : tiles;
+    const int heads = per_job == tiles ? job_heads(a, threads) : 1;
+    const int64_t units = B * HV / heads, jobs = units * (tiles / per_job);
     int failed = 0;
-#pragma omp parallel num_threads(RC_PARALLEL ? RC_THREADS : 1) reduction(| : failed)
+#pragma omp parallel num_threads(threads) reduction(| : failed)
     {
         rc_work w;
-        void *base = work_alloc(&w, K, per_job);
+        void *base = work_alloc(&w, K, per_job, heads);
         if (!base) failed = 1;
 #pragma omp for schedule(RC_SCHEDULE)
         for (int64_t job = 0; job < jobs; job++) {
             if (!base) continue;
-            const int64_t head = job / (tiles / per_job), tile0 = job % (tiles / per_job) * per_job;
-            /* a job owning whole heads: the next one's state is the next head's */
-            const float *next = NULL;
-            if (RC_STATE_AHEAD && per_job == tiles && a->h0 && job + 1 < jobs)
-                next = a->h0 + delta_state(a, (head + 1) / HV, (head + 1) % HV);
-            run_job(a, &w, head / HV, head % HV, tile0, tile0 + per_job, next);
+            const int64_t first = job / (tiles / per_job) * heads;  /* over B x HV */
+            const int64_t tile0 = job % (tiles / per_job) * per_job;
+            /* a job owning whole heads: the next one's states are the next heads' */
+            const int64_t next = per_job == tiles && job + 1 < jobs ? first + heads : -1;
+            run_job(a, &w, first / HV, first % HV, heads, tile0, tile0 + per_job, next);
         }
         free(base);
     }
