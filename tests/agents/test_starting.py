@@ -11,7 +11,7 @@ from swarmfab.agents import Context
 from swarmfab.agents.builtin import StartingPointsAgent
 from swarmfab.goal import default_goal
 from swarmfab.kernels import DesignSpace
-from swarmfab.kernels._host import narrow_native_vectors
+from swarmfab.kernels._host import full_width_isa
 from swarmfab.serving.recipe import engine_space
 from swarmfab.workloads import design_space
 
@@ -86,9 +86,10 @@ def test_the_kernel_spaces_start_with_the_recurrence() -> None:
         assert move == {"algorithm": "recurrent"} and space.default()["algorithm"] == "chunked"
         assert "recurrence" in why
         # then, where this host's compiler tunes it for narrower vectors than it has,
-        # 512-bit vectors; where fresh pages are costly here, the outputs' pages mapped
+        # full-width ones; where fresh pages are costly here, the outputs' pages mapped
         # by the call, then kept mapped by malloc
-        wider = [{"isa": "native-512"}] if narrow_native_vectors() else []
+        wide = full_width_isa()
+        wider = [{"isa": wide}] if wide else []
         pages = [{"output_pages": "populated"}, {"allocator": "retain"}]
         assert [move for move, _ in others] in (wider, [*wider, *pages])
 

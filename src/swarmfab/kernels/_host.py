@@ -17,6 +17,7 @@ __all__ = [
     "BF16_FLAGS",
     "IsaTarget",
     "all_isa_names",
+    "full_width_isa",
     "host_cpu_flags",
     "isa_targets",
     "narrow_native_vectors",
@@ -87,16 +88,33 @@ def _native_vector_bits(compiler: str) -> int | None:
 
 def narrow_native_vectors(flags: frozenset[str] | None = None,
                           native_bits: int | None = None) -> bool:
-    """Whether ``-march=native`` code is narrower than the host's vectors: an AVX-512 host
-    the compiler tunes for 256-bit vectors (GCC does so for most Intel AVX-512 cores). A
-    core with two 512-bit FMA units then runs ``native`` code at half its peak: a 2-core
-    Xeon with AMX read 488 GFLOP/s for 512-bit FMAs, and the recurrence built with
-    ``-mprefer-vector-width=512`` ran 1.4-1.5x faster than with ``native``."""
+    """Whether ``-march=native`` code is narrower than the host's vectors:
+    - an AVX-512 host the compiler tunes for 256-bit vectors (GCC does so for most Intel
+      AVX-512 cores). A core with two 512-bit FMA units then runs ``native`` code at half
+      its peak: a 2-core Xeon with AMX read 488 GFLOP/s for 512-bit FMAs, and the
+      recurrence built with ``-mprefer-vector-width=512`` ran 1.4-1.5x faster;
+    - an AVX2 host it tunes for 128-bit vectors: GCC 12 takes an AMD CPU whose model a VM
+      hides for a first Zen (``znver1``) and halves its loops' vectors. On such a 2-core
+      EPYC the recurrence ran 1.14x and the chunked form 1.38x faster built for
+      ``x86-64-v3``."""
     flags = host_cpu_flags() if flags is None else flags
-    if "avx512f" not in flags:
+    full = 512 if "avx512f" in flags else 256 if _X86_64_V3.issubset(flags) else None
+    if full is None:
         return False
     bits = native_vector_bits() if native_bits is None else native_bits
-    return bits is not None and bits < 512
+    return bits is not None and bits < full
+
+
+def full_width_isa(flags: frozenset[str] | None = None,
+                   native_bits: int | None = None) -> str | None:
+    """The ``isa`` value whose code has the host's full vector width where ``native``
+    code is narrower (:func:`narrow_native_vectors`): ``native-512`` with AVX-512,
+    ``avx2`` (``x86-64-v3``, generic tuning: 256-bit vectors) before it; None where
+    ``native`` is as wide as the host."""
+    flags = host_cpu_flags() if flags is None else flags
+    if not narrow_native_vectors(flags, native_bits):
+        return None
+    return "native-512" if "avx512f" in flags else "avx2"
 
 
 def vector_registers(flags: frozenset[str] | None = None) -> int:

@@ -23,7 +23,7 @@ import shlex
 from importlib import resources
 
 from swarmfab.kernels._allocator import faults_are_costly, glibc_malloc, heap_serves
-from swarmfab.kernels._host import isa_targets, narrow_native_vectors, vector_registers
+from swarmfab.kernels._host import full_width_isa, isa_targets, vector_registers
 from swarmfab.kernels._space import DesignSpace, Knob, KnobValue, Setting
 
 __all__ = ["delta_space"]
@@ -168,9 +168,9 @@ def delta_space(workload: str) -> DesignSpace:
     (``decode=direct``): B256 decode in place ran 1.7x faster so on a 2-core Zen 4, near
     an in-place scale of the pool.
 
-    Where the compiler tunes an AVX-512 host for narrower vectors (GCC does on most Intel
-    cores), 512-bit vectors are a starting point
-    (:func:`~swarmfab.kernels._host.narrow_native_vectors`). Where the C library is
+    Where the compiler tunes the host for narrower vectors than it has (GCC does on most
+    Intel AVX-512 cores, and on AMD CPUs whose model a VM hides), full-width vectors are
+    a starting point (:func:`~swarmfab.kernels._host.full_width_isa`). Where the C library is
     glibc, ``allocator = retain`` has the kernel's library tell malloc, when it is loaded,
     to keep freed memory (process-wide, said so in the source). fla's API allocates the
     outputs on every call, so where fresh pages are costly
@@ -190,9 +190,11 @@ def delta_space(workload: str) -> DesignSpace:
         # at long prefill too), and one a bandit drawing among every knob's untried arms
         # reaches late in a short run
         ({"algorithm": "recurrent"}, "the per-token recurrence beside the chunked form"),)
-    if "native-512" in isa_values and narrow_native_vectors():
-        starting += (({"isa": "native-512"}, "512-bit vectors: the compiler tunes this "
-                      "AVX-512 host for narrower ones"),)
+    wide = full_width_isa()
+    if wide in isa_values:
+        bits = 512 if wide == "native-512" else 256
+        starting += (({"isa": wide}, f"{bits}-bit vectors: the compiler tunes this host for "
+                      "narrower ones"),)
     costly = faults_are_costly()
     if costly:  # first the call's own remedy, then the process-wide one
         starting += (({"output_pages": "populated"}, "outputs' pages mapped in one call "
