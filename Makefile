@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast lint typecheck bench bench-swarm bench-transfer bench-engine bench-engine-factory bench-policy bench-peers gpu-compile-check clean
+.PHONY: demo test test-fast lint typecheck bench bench-swarm bench-transfer bench-engine bench-engine-factory bench-policy bench-peers bench-ceiling gpu-compile-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,11 @@ bench-peers: $(STAMP)
 	$(BIN)/python -c "import libggml" 2>/dev/null || $(BIN)/pip install --quiet -e ".[peers]"
 	PYTHON=$(BIN)/python scripts/build_ggml.sh || echo "ggml not built: the prebuilt (AVX2) libggml-python is used"
 	$(BIN)/python scripts/bench_peers.py $(BENCH_PEERS_ARGS)
+
+# the recurrence's sweeps alone, then with each block's preparation, beside the host's
+# multiply-add loop: one thread, the kernel's own source and flags (seconds)
+bench-ceiling: $(STAMP)
+	$(BIN)/python scripts/bench_ceiling.py $(BENCH_CEILING_ARGS)
 
 # every CUDA template setting (nvcc, sm_90a) and Triton kernel (GPUTarget cuda 90) compiled
 # without a device; needs nvcc and Triton (the gpu extra): exit 2 says which is missing
