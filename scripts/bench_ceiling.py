@@ -22,8 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from swarmfab.kernels import KnobValue
-from swarmfab.kernels._host import full_width_isa
+from swarmfab.kernels import KnobValue, full_width_isa
 from swarmfab.measure.roofline import cpu_model
 from swarmfab.workloads import design_space
 

@@ -4,7 +4,8 @@ Importing this package does not import torch (the store and the commands that on
 it need the design spaces' types): :mod:`swarmfab.kernels.gemm`, which times torch's
 GEMMs, is imported where it is used."""
 
-from swarmfab.kernels._host import BF16_FLAGS, host_cpu_flags
+from swarmfab.kernels._host import BF16_FLAGS, full_width_isa, host_cpu_flags
 from swarmfab.kernels._space import DesignSpace, Knob, KnobValue, Setting
 
-__all__ = ["BF16_FLAGS", "DesignSpace", "Knob", "KnobValue", "Setting", "host_cpu_flags"]
+__all__ = ["BF16_FLAGS", "DesignSpace", "Knob", "KnobValue", "Setting", "full_width_isa",
+           "host_cpu_flags"]
