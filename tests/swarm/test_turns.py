@@ -36,6 +36,17 @@ def test_agents_take_turns_and_a_first_one_keeps_it_while_it_proposes() -> None:
     assert order(Turns([starting, a, b]), 6) == ["starting", "starting", "a", "b", "a", "b"]
 
 
+def test_a_first_agent_waiting_on_its_last_move_is_asked_again_before_the_others() -> None:
+    """A starting point waits for its last move's verdict (it passes meanwhile); once it
+    can propose again it does, not after a whole round of the other agents."""
+    starting, a, b, c = (Scripted("starting", 1, first=True), Scripted("a", 9),
+                         Scripted("b", 9), Scripted("c", 9))
+    turns = Turns([starting, a, b, c])
+    assert order(turns, 2) == ["starting", "a"]  # its move is in flight: it passes
+    starting.left = 1  # the verdict is in: the next move is ready
+    assert order(turns, 3) == ["starting", "b", "c"]
+
+
 def test_the_fallback_is_asked_when_every_agent_is_dry_and_first_when_exploring() -> None:
     a, fallback = Scripted("a", 1), Scripted("restart", 3)
     turns = Turns([a], fallback)

@@ -1,9 +1,11 @@
 """Whose turn it is to propose.
 
 Agents are asked in order, one proposal each. An agent marked ``first`` (the starting
-points, recall) keeps the turn for as long as it proposes. An agent the supervisor
-benched sits out its turns. When every agent is dry, or the supervisor asked for
-exploration, the fallback agent is asked.
+points, recall) is asked before the others every time, so it proposes for as long as it
+has something: one that passes while its last move is evaluated gets the next turn once
+that verdict is in, not after every other agent's. An agent the supervisor benched sits
+out its turns. When every agent is dry, or the supervisor asked for exploration, the
+fallback agent is asked.
 """
 
 from __future__ import annotations
@@ -38,14 +40,19 @@ class Turns:
             found = ask(self.fallback, context(None))
             if found:
                 return self.fallback, found[0]
-        for _ in range(len(self.agents)):
-            agent = self.agents[self._turn % len(self.agents)]
+        for agent in self.agents:
+            if agent.first and not self._benched.get(agent.id, 0):
+                found = ask(agent, context(agent))
+                if found:
+                    return agent, found[0]
+        others = [agent for agent in self.agents if not agent.first]
+        for _ in range(len(others)):
+            agent = others[self._turn % len(others)]
+            self._turn += 1
             if self._benched.get(agent.id, 0) > 0:
                 self._benched[agent.id] -= 1
-                self._turn += 1
                 continue
             found = ask(agent, context(agent))
-            self._turn += not (found and agent.first)  # a first agent keeps it to propose
             if found:
                 return agent, found[0]
         if self.fallback is None:
