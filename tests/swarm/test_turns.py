@@ -39,10 +39,11 @@ def test_agents_take_turns_and_a_first_one_keeps_it_while_it_proposes() -> None:
 def test_a_first_agent_waiting_on_its_last_move_is_asked_again_before_the_others() -> None:
     """A starting point waits for its last move's verdict (it passes meanwhile); once it
     can propose again it does, not after a whole round of the other agents."""
-    starting, a, b, c = (Scripted("starting", 1, first=True), Scripted("a", 9),
-                         Scripted("b", 9), Scripted("c", 9))
-    turns = Turns([starting, a, b, c])
-    assert order(turns, 2) == ["starting", "a"]  # its move is in flight: it passes
+    llm, starting, a, b, c = (Scripted("llm", 9), Scripted("starting", 1, first=True),
+                              Scripted("a", 9), Scripted("b", 9), Scripted("c", 9))
+    turns = Turns([llm, starting, a, b, c])
+    # an agent listed before it leads; its move is then in flight: it passes
+    assert order(turns, 3) == ["llm", "starting", "a"]
     starting.left = 1  # the verdict is in: the next move is ready
     assert order(turns, 3) == ["starting", "b", "c"]
 

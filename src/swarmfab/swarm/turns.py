@@ -1,11 +1,12 @@
 """Whose turn it is to propose.
 
 Agents are asked in order, one proposal each. An agent marked ``first`` (the starting
-points, recall) is asked before the others every time, so it proposes for as long as it
-has something: one that passes while its last move is evaluated gets the next turn once
-that verdict is in, not after every other agent's. An agent the supervisor benched sits
-out its turns. When every agent is dry, or the supervisor asked for exploration, the
-fallback agent is asked.
+points, recall) keeps the turn for as long as it proposes (agents listed before it, LLM
+agents with ``--agents llm,builtin``, still lead), and once its turn has come it is asked
+ahead of the others every time: one that passes while its last move is evaluated
+proposes the next as soon as that verdict is in, not after a round of the other agents.
+An agent the supervisor benched sits out its turns. When every agent is dry, or the
+supervisor asked for exploration, the fallback agent is asked.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Turns:
         self._turn = 0
         self._explore = 0  # turns the fallback is asked first
         self._benched: dict[str, int] = {}  # agent id -> turns left to sit out
+        self._reached: set[str] = set()  # first agents whose turn has come
 
     def next(
         self, ask: Callable[[Agent, Context], list[Candidate]],
@@ -40,19 +42,21 @@ class Turns:
             found = ask(self.fallback, context(None))
             if found:
                 return self.fallback, found[0]
-        for agent in self.agents:
-            if agent.first and not self._benched.get(agent.id, 0):
+        for agent in self.agents:  # first agents whose turn has come, ahead of the rest
+            if agent.first and agent.id in self._reached and not self._benched.get(agent.id):
                 found = ask(agent, context(agent))
                 if found:
                     return agent, found[0]
-        others = [agent for agent in self.agents if not agent.first]
-        for _ in range(len(others)):
-            agent = others[self._turn % len(others)]
-            self._turn += 1
+        for _ in range(len(self.agents)):
+            agent = self.agents[self._turn % len(self.agents)]
             if self._benched.get(agent.id, 0) > 0:
                 self._benched[agent.id] -= 1
+                self._turn += 1
                 continue
+            if agent.first:
+                self._reached.add(agent.id)
             found = ask(agent, context(agent))
+            self._turn += not (found and agent.first)  # a first agent keeps it to propose
             if found:
                 return agent, found[0]
         if self.fallback is None:
