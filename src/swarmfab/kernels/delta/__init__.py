@@ -235,8 +235,9 @@ def delta_space(workload: str) -> DesignSpace:
             Knob("head_group", "tiling", (1, 2, 4), 4, ordered=True,
                  help="recurrence: value heads a job runs side by side, block by block "
                       "(neighbouring heads' rows share pages: each is translated once for "
-                      "them); fewer where the heads do not divide evenly or their states "
-                      "pass 256 KB"),
+                      "them); fewer where they do not divide the value heads, their "
+                      "states pass 256 KB or a thread would get more heads than with one "
+                      "per job"),
             Knob("micro_cols", "tiling", (16, 32, 64), 32, ordered=True,
                  help="chunked: columns a micro-kernel keeps in registers"),
             Knob("register_rows", "vectorisation", (2, 4, 8, 12), 4, ordered=True,
