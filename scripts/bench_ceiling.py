@@ -4,10 +4,11 @@ sweeps run with nothing else to do, and what the block's preparation adds.
 Renders the design space's default recurrence for this host (its groups and tiles, and
 its full vector width where the compiler tunes ``native`` narrower; ``--knobs`` over it),
 builds scripts/ceiling.c against that source with the kernel's own flags, and times on
-one thread, in interleaved rounds: the host's multiply-add loop, a block's sweeps over
-every tile of a K = V = 128 head with the data in cache, and the same block prepared
-first. A kernel that also reads its inputs, solves its groups and writes its outputs runs
-below the second figure; the run's roofline column compares with the first.
+one thread, in interleaved rounds: the roofline's multiply-add loop (measure/fma_peak.c),
+a block's sweeps over every tile of a K = V = 128 head with the data in cache, and the
+same block prepared first. A kernel that also reads its inputs, solves its groups and
+writes its outputs runs below the third figure; the run's roofline column compares with
+the first.
 
     python scripts/bench_ceiling.py [--blocks 400] [--rounds 9] [--json]
 """
@@ -20,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from importlib import resources
 from pathlib import Path
 
 from swarmfab.kernels import KnobValue, full_width_isa
@@ -39,8 +41,11 @@ def build(directory: Path, knobs: dict[str, KnobValue]) -> tuple[Path, dict[str,
     kernel = directory / "kernel.c"
     kernel.write_text(candidate.sources[candidate.entry])
     binary = directory / "ceiling"
+    loop = directory / "fma_peak.c"  # the roofline's own multiply-add loop
+    loop.write_text(resources.files("swarmfab.measure").joinpath("fma_peak.c").read_text())
     subprocess.run(["gcc", *candidate.flags, "-fopenmp", f'-DKERNEL="{kernel}"', str(HARNESS),
-                    "-o", str(binary), "-lm"], check=True, capture_output=True, text=True)
+                    str(loop), "-o", str(binary), "-lm"], check=True, capture_output=True,
+                   text=True)
     return binary, setting
 
 

@@ -1,10 +1,10 @@
 /*
- * The recurrence's prefill ceiling on this core, one thread: the host's multiply-add loop,
+ * The recurrence's prefill ceiling on this core, one thread: the roofline's multiply-add loop,
  * a block's sweeps alone (group_project and group_update of the kernel's own source over
  * every tile of a K = V = 128 head, the data in cache) and the same with the block's
  * preparation (prepare(): one exp per key and token, the rescaled keys and queries, the
- * groups' dot products). Built by scripts/bench_ceiling.py with the kernel's flags and
- * -DKERNEL="<rendered source>"; prints one line per measure: name, then GFLOP/s of each
+ * groups' dot products). Built by scripts/bench_ceiling.py with the kernel's flags,
+ * -DKERNEL="<rendered source>" and fma_peak.c; prints one line per measure: name, then GFLOP/s of each
  * round (the sweeps count 6 K V per token, as the roofline does).
  */
 #include KERNEL
@@ -16,9 +16,6 @@
 #endif
 
 #define HEAD 128
-#define CHAINS 12
-
-typedef float vec __attribute__((vector_size(4 * RC_VFLOATS)));
 
 static double now(void)
 {
@@ -29,21 +26,8 @@ static double now(void)
 
 static float sink;
 
-/* CHAINS independent multiply-add chains as wide as the kernel's vectors: seconds for n. */
-static double fma_loop(long n)
-{
-    vec a[CHAINS], x, y;
-    for (int j = 0; j < RC_VFLOATS; j++) { x[j] = 0.999f; y[j] = 1e-4f; }
-    for (int c = 0; c < CHAINS; c++) a[c] = x * (float)c;
-    const double t = now();
-    for (long r = 0; r < n; r++) {
-        for (int c = 0; c < CHAINS; c++) a[c] = a[c] * x + y;
-        __asm__ volatile("" : "+x"(a[0]), "+x"(a[CHAINS - 1]));
-    }
-    const double s = now() - t;
-    for (int c = 0; c < CHAINS; c++) sink += a[c][0];
-    return s;
-}
+/* The roofline's own multiply-add loop (src/swarmfab/measure/fma_peak.c, built beside). */
+double swarmfab_fma_rate(int threads, double seconds);
 
 /* Seconds for n blocks: with_prepare, each block prepared first. */
 static double sweeps(const delta_args *a, rc_work *w, int tiles, long n, int with_prepare)
@@ -95,12 +79,12 @@ int main(int argc, char **argv)
     for (int d = 0; d < HEAD; d++) w.L[d] = 0.0f;
     prepare(&a, &w, 0, 0, 0, RC_NB);
     const double block_flops = 6.0 * HEAD * HEAD * RC_NB;
-    const long loop_n = (long)(blocks * block_flops / (2.0 * RC_VFLOATS * CHAINS));
     double rates[3][64];
     const int n = rounds < 64 ? rounds : 64;
     for (int r = 0; r < n; r++) {  /* interleaved rounds: the host's drift hits all three */
-        rates[0][r] = 2.0 * RC_VFLOATS * CHAINS * loop_n / fma_loop(loop_n) / 1e9;
-        rates[1][r] = block_flops * blocks / sweeps(&a, &w, tiles, blocks, 0) / 1e9;
+        const double swept = sweeps(&a, &w, tiles, blocks, 0);
+        rates[1][r] = block_flops * blocks / swept / 1e9;
+        rates[0][r] = swarmfab_fma_rate(1, swept) / 1e9;  /* as long as the sweeps took */
         rates[2][r] = block_flops * blocks / sweeps(&a, &w, tiles, blocks, 1) / 1e9;
     }
     const char *names[3] = { "fma-loop", "sweeps", "sweeps+prepare" };
