@@ -46,6 +46,16 @@ def test_a_first_agent_waiting_on_its_last_move_is_asked_again_before_the_others
     assert order(turns, 3) == ["llm", "starting", "a"]
     starting.left = 1  # the verdict is in: the next move is ready
     assert order(turns, 3) == ["starting", "b", "c"]
+    # while it waits it is asked once a call, not again when the rotation reaches it
+    asked: list[str] = []
+
+    def counting(agent: Any, context: Any) -> list[Any]:
+        asked.append(agent.id)
+        return ask(agent, context)
+
+    for _ in range(len(turns.agents)):
+        turns.next(counting, lambda agent: None)
+    assert asked.count("starting") == len(turns.agents)
 
 
 def test_the_fallback_is_asked_when_every_agent_is_dry_and_first_when_exploring() -> None:

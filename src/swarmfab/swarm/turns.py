@@ -42,15 +42,20 @@ class Turns:
             found = ask(self.fallback, context(None))
             if found:
                 return self.fallback, found[0]
+        passed: list[Agent] = []  # asked just now, with nothing to propose
         for agent in self.agents:  # first agents whose turn has come, ahead of the rest
             if agent.first and agent.id in self._reached and not self._benched.get(agent.id):
                 found = ask(agent, context(agent))
                 if found:
                     return agent, found[0]
+                passed.append(agent)
         for _ in range(len(self.agents)):
             agent = self.agents[self._turn % len(self.agents)]
             if self._benched.get(agent.id, 0) > 0:
                 self._benched[agent.id] -= 1
+                self._turn += 1
+                continue
+            if any(agent is other for other in passed):  # not asked twice in one call
                 self._turn += 1
                 continue
             if agent.first:
