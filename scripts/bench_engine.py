@@ -96,8 +96,8 @@ def factory_slots(kernel: Path | None, cache: Path) -> KernelSlots:
         recipe = Recipe({"kda_prefill": "c-recurrent", "kda_decode": "c"})
         slots: KernelSlots = recipe.kernel_slots(cache)
         return slots
-    from swarmfab._cli_candidate import candidate_from_file
     from swarmfab.backends import get_backend
+    from swarmfab.backends.files import candidate_from_file
     from swarmfab.workloads import get_workload
 
     candidate = candidate_from_file("kda", kernel)

@@ -7,7 +7,7 @@ ggml and swarmfab share their rounds; the PyTorch baseline, tens of times slower
 timed in rounds of its own with ggml, so its seconds-long calls do not cut the rounds
 of the close comparison (the ggml row is from its rounds with swarmfab):
 
-- ggml: ``ggml_gated_delta_net`` as llama.cpp runs it (``swarmfab.workloads._ggml``'s
+- ggml: ``ggml_gated_delta_net`` as llama.cpp runs it (``swarmfab.workloads.delta.ggml``'s
   NativeStep): the state pool in ggml's layout, one graph per shape made once, each call
   one graph compute that gathers the sequences' states, runs the op and writes the
   final states back. Prefill shapes start from a pool of B states (llama.cpp reads and
@@ -50,7 +50,7 @@ from swarmfab.evaluation import compulsory_bytes, memory_stream
 from swarmfab.measure import CONFIRMATION, median_ci, paired_ratio, time_interleaved
 from swarmfab.records import Estimate
 from swarmfab.workloads import Case, Inputs, Shape, design_space, get_workload
-from swarmfab.workloads import _ggml as ggml
+from swarmfab.workloads.delta import ggml
 
 WORKLOAD = "kda"
 BOUND = "bound: in-place update"
@@ -105,7 +105,7 @@ def _kernels(args: argparse.Namespace, threads: int) -> dict[str, Any]:
     """The swarmfab candidate for prefill and for decode, built and loaded."""
     backend = get_backend("c")
     if args.candidate is not None:
-        from swarmfab._cli_candidate import candidate_from_file
+        from swarmfab.backends.files import candidate_from_file
 
         chosen = candidate_from_file(WORKLOAD, args.candidate)
         candidates = {"prefill": chosen, "decode": chosen}

@@ -33,12 +33,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from swarmfab._cli_common import evaluator_for
 from swarmfab.evaluation import Implementation
 from swarmfab.goal import Goal
 from swarmfab.knowledge import Store
 from swarmfab.measure import CONFIRMATION
 from swarmfab.records import Candidate, Estimate
+from swarmfab.swarm.launch import evaluator_for
 
 # shapes where the search has room: at tiny ones the starting point is already final
 SOURCE = ("kda", "1,256,4,64,64")  # run A

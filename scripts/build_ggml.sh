@@ -15,7 +15,7 @@
 #   GGML_OPENMP=OFF     ggml's own thread pool instead of OpenMP
 #   JOBS                parallel compile jobs (default 2)
 #   FORCE=1             rebuild even when the libraries are there
-# The swarmfab binding (swarmfab.workloads._ggml) finds DIR/lib by itself at the default
+# The swarmfab binding (swarmfab.workloads.delta.ggml) finds DIR/lib by itself at the default
 # place; elsewhere, point SWARMFAB_GGML_LIB at DIR/lib.
 set -euo pipefail
 

@@ -47,7 +47,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from swarmfab.evaluation._limits import TRUSTED_TRITON_CACHE
+from swarmfab.evaluation import TRUSTED_TRITON_CACHE
 
 PYTHON = sys.executable
 DUMP_GRACE_S = 5.0  # after SIGABRT, time for the stacks to be written
@@ -231,16 +231,15 @@ def _warm_fla_here(cache: Path, tasks: list[tuple[str, str, list[str]]]) -> int:
     cache.mkdir(parents=True, exist_ok=True)  # add their own kernels to the cache
     import torch
 
-    from swarmfab._cli_common import parse_shape
-    from swarmfab.evaluation._worker import _on_device
-    from swarmfab.workloads import get_workload
-    from swarmfab.workloads._base import Case
+    from swarmfab.evaluation import on_device
+    from swarmfab.goal import parse_shape
+    from swarmfab.workloads import Case, get_workload
 
     workload = get_workload("kda")
     baselines = workload.baselines()
     for dtype, text, names in tasks:
         case = Case(f"warm-up {text}", parse_shape(text), dtype=dtype)
-        inputs = _on_device(workload.make_inputs(case), "cuda")
+        inputs = on_device(workload.make_inputs(case), "cuda")
         for name in names:
             began = time.monotonic()
             workload.call(baselines[name], inputs)

@@ -25,13 +25,12 @@ from pathlib import Path
 
 import torch
 
-from swarmfab._cli_common import parse_shape
 from swarmfab.backends import get_backend
-from swarmfab.evaluation._worker import _on_device
-from swarmfab.kernels._space import Setting
+from swarmfab.evaluation import on_device
+from swarmfab.goal import parse_shape
+from swarmfab.kernels import Setting
 from swarmfab.kernels.delta_gpu import gpu_space
-from swarmfab.workloads import get_workload
-from swarmfab.workloads._base import Case
+from swarmfab.workloads import Case, get_workload
 
 PREFILL = ("1,8192,96,128,128", "4,2048,16,128,128")
 DECODE = ("64,1,16,128,128+h0",)
@@ -116,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     for text in args.shape or (*PREFILL, *DECODE):
         shape = parse_shape(text)
         case = Case(f"gpu-kernels {text}", shape, dtype=args.dtype)
-        inputs = _on_device(workload.make_inputs(case), "cuda")
+        inputs = on_device(workload.make_inputs(case), "cuda")
         decode = shape.T == 1
         print(f"\n{text} {args.dtype}", flush=True)
         reference = None

@@ -48,7 +48,7 @@ from swarmfab.kernels import DesignSpace
 from swarmfab.kernels._host import all_isa_names, isa_targets
 from swarmfab.records import Candidate
 from swarmfab.workloads import design_space
-from swarmfab.workloads.kda import KDA
+from swarmfab.workloads.delta.kda import KDA
 
 torch.set_num_threads(1)
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background

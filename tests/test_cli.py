@@ -20,8 +20,8 @@ from typer.testing import CliRunner, Result
 from swarmfab.backends import cuda_device_available
 from swarmfab.cli import app
 from swarmfab.kernels import DesignSpace
-from swarmfab.kernels._allocator import glibc_malloc
-from swarmfab.workloads.kda import KDA
+from swarmfab.kernels.allocator import glibc_malloc
+from swarmfab.workloads.delta.kda import KDA
 
 needs_cc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 CASE_NAMES = {case.name for case in KDA().validation_cases()}
@@ -50,12 +50,12 @@ int kda_forward(const float *q, const float *k, const float *v, const float *g,
 """
 
 PYTHON_CANDIDATE = """
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
 
 def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    o, state = _delta_math.recurrent(q, k, v, g, beta, scale, initial_state)
+    o, state = delta_math.recurrent(q, k, v, g, beta, scale, initial_state)
     return o, state if output_final_state else None
 """
 

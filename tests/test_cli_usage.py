@@ -75,9 +75,10 @@ def test_the_cli_imports_nothing_heavy_and_help_answers() -> None:
 
 
 def test_the_cli_default_store_is_the_store_default() -> None:
-    from swarmfab import _cli_common, knowledge
+    from swarmfab import knowledge
+    from swarmfab.cli import _common
 
-    assert str(knowledge.DEFAULT_DB) == _cli_common.DEFAULT_DB
+    assert str(knowledge.DEFAULT_DB) == _common.DEFAULT_DB
 
 
 def test_a_misspelt_goal_key_is_refused_with_the_allowed_keys(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from swarmfab._cli_candidate import DEFAULT_C_FLAGS, candidate_from_file
+from swarmfab.backends.files import DEFAULT_C_FLAGS, candidate_from_file
 from swarmfab.cli import app
 from swarmfab.records import Candidate
 from swarmfab.workloads import design_space
@@ -71,7 +71,7 @@ def test_verify_builds_with_the_header_flags_and_shows_a_build_failure_once(
 
 def test_verify_on_a_champions_own_source_names_the_champion(tmp_path: Path) -> None:
     """A rendered source carries its build flags, so the file alone is the champion."""
-    from swarmfab._cli_candidate import candidate_from_file
+    from swarmfab.backends.files import candidate_from_file
     from swarmfab.workloads import design_space
 
     space = design_space("kda")

@@ -9,7 +9,7 @@ import pytest
 from swarmfab.errors import GoalError
 from swarmfab.goal import Goal, default_goal, load_goal, parse_duration
 from swarmfab.workloads import Shape, get_workload
-from swarmfab.workloads.kda import KDA
+from swarmfab.workloads.delta.kda import KDA
 
 VALID = """
 workload = "kda"

@@ -333,3 +333,20 @@ def load_goal(path: Path, workload: str | None = None, **changes: Any) -> Goal:
 def default_goal(workload: str) -> Goal:
     """The built-in goal of a workload: its own default target shapes on this CPU."""
     return _validate({"workload": workload}, source=f"default goal of {workload}")
+
+
+def parse_shape(text: str) -> Shape:
+    """A shape as the command line writes it: ``B,T,H,K,V[,HV][+h0|+poolN]``."""
+    sizes, _, suffix = text.partition("+")
+    try:
+        numbers = [int(part) for part in sizes.split(",")]
+        b, t, h, k, v, *rest = numbers
+        if suffix not in ("", "h0") and not suffix.startswith("pool"):
+            raise ValueError(suffix)
+        pool = int(suffix.removeprefix("pool")) if suffix.startswith("pool") else None
+        return ShapeSpec(B=b, T=t, H=h, K=k, V=v, HV=rest[0] if rest else None,
+                         initial_state=suffix == "h0", pool=pool).to_shape()
+    except (ValueError, TypeError) as exc:
+        raise GoalError(f"--shape {text!r}: expected B,T,H,K,V[,HV][+h0|+poolN] as positive "
+                        "integers (+h0: start from an initial state; +poolN: update states "
+                        "in place in a pool of N, as an engine decodes)") from exc

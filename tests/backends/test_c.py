@@ -21,7 +21,7 @@ from swarmfab.kernels import DesignSpace
 from swarmfab.records import Candidate
 from swarmfab.verify import compare_outputs
 from swarmfab.workloads import Case, KernelRefusedError
-from swarmfab.workloads.kda import KDA
+from swarmfab.workloads.delta.kda import KDA
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 

@@ -9,7 +9,7 @@ import pytest
 from swarmfab.backends import PythonBackend, backend_for_file, get_backend
 from swarmfab.errors import BuildError, CandidateError
 from swarmfab.records import Candidate
-from swarmfab.workloads.kda import KDA
+from swarmfab.workloads.delta.kda import KDA
 
 
 def _py(source: str) -> Candidate:
@@ -61,10 +61,10 @@ def test_the_torch_compile_backend_compiles_forward_and_may_start_processes(
     from swarmfab.workloads import Case, Shape, get_workload
 
     source = (
-        "from swarmfab.workloads import _delta_math\n"
+        "from swarmfab.workloads.delta import math as delta_math\n"
         "def forward(q, k, v, g, beta, scale=None, initial_state=None,"
         " output_final_state=False):\n"
-        "    o, s = _delta_math.recurrent(q, k, v, g, beta, q.shape[-1] ** -0.5, initial_state)\n"
+        "    o, s = delta_math.recurrent(q, k, v, g, beta, q.shape[-1] ** -0.5, initial_state)\n"
         "    return o, s\n"
     )
     backend = TorchCompileBackend()

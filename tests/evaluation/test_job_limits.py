@@ -11,7 +11,7 @@ import torch
 from swarmfab.evaluation import Evaluator, Implementation
 from swarmfab.sandbox import Limits
 from swarmfab.workloads import Shape, get_workload
-from swarmfab.workloads._fla import FLA_BASELINES
+from swarmfab.workloads.delta.fla import FLA_BASELINES
 
 
 def _limits(tmp_path: Path, device: str, *baselines: str) -> Limits:
@@ -50,13 +50,13 @@ def test_fla_kernels_share_one_triton_cache_that_no_other_job_may_write(tmp_path
 SLOW_CANDIDATE = '''
 import time
 
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
 
 def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     time.sleep(0.5)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    o, state = _delta_math.chunked(q, k, v, g, beta, scale, initial_state)
+    o, state = delta_math.chunked(q, k, v, g, beta, scale, initial_state)
     return o, state if output_final_state else None
 '''
 

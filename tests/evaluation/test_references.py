@@ -7,7 +7,7 @@ from swarmfab.evaluation._references import References, salted_seed, with_salt
 from swarmfab.evaluation._worker import CaseRun
 from swarmfab.verify import probes
 from swarmfab.workloads import Case, Shape, Tolerances
-from swarmfab.workloads.kda import KDA
+from swarmfab.workloads.delta.kda import KDA
 
 SHAPE = Shape(1, 16, 2, 2, 8, 8)
 TOLERANCES = Tolerances(rms_ratio=1e-3, max_abs_ratio=1e-2)

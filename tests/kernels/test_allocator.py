@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from swarmfab.backends import get_backend
-from swarmfab.kernels._allocator import glibc_malloc
+from swarmfab.kernels.allocator import glibc_malloc
 from swarmfab.workloads import Shape, design_space
 
 pytestmark = pytest.mark.skipif(not glibc_malloc(), reason="the C library is not glibc")
@@ -105,7 +105,7 @@ import resource, sys
 from pathlib import Path
 import torch
 from swarmfab.backends import Artifact, get_backend
-from swarmfab.kernels._allocator import fix_malloc_thresholds
+from swarmfab.kernels.allocator import fix_malloc_thresholds
 from swarmfab.workloads import Case, Shape, get_workload
 fix_malloc_thresholds()
 torch.set_num_threads(1)

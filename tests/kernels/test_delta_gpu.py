@@ -16,7 +16,7 @@ from swarmfab.backends import gpu_compile_check as compile_check
 from swarmfab.errors import WorkloadError
 from swarmfab.kernels.delta_gpu import KERNELS, gpu_space, render_cuda, render_triton
 from swarmfab.workloads import Case, Distribution, Shape, design_space
-from swarmfab.workloads.kda import KDA
+from swarmfab.workloads.delta.kda import KDA
 
 gpu = pytest.mark.gpu
 needs_device = pytest.mark.skipif(not cuda_device_available(), reason="needs a CUDA device")

@@ -25,7 +25,6 @@ import torch
 from swarmfab.evaluation import Evaluator
 from swarmfab.kernels import DesignSpace, KnobValue
 from swarmfab.kernels import delta as delta_kernels
-from swarmfab.kernels._allocator import glibc_malloc
 from swarmfab.kernels._host import (
     all_isa_names,
     full_width_isa,
@@ -34,6 +33,7 @@ from swarmfab.kernels._host import (
     native_vector_bits,
     vector_registers,
 )
+from swarmfab.kernels.allocator import glibc_malloc
 from swarmfab.records import Status
 from swarmfab.sandbox import Limits
 from swarmfab.verify import draw_cases

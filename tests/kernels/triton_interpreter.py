@@ -109,7 +109,7 @@ def _check(candidate: Path, cases: list[Case]) -> list[str]:
     import torch
 
     from swarmfab.verify import compare_outputs
-    from swarmfab.workloads.kda import KDA
+    from swarmfab.workloads.delta.kda import KDA
 
     torch.set_num_threads(1)
     _index_any_scalar()

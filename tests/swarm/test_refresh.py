@@ -38,12 +38,12 @@ SHAPE = {"B": 1, "T": 256, "H": 4, "K": 64, "V": 64}
 GOAL = ('workload = "kda"\nbudget = "120s"\nthreads = 1\n'
         'shapes = [{B = 1, T = 256, H = 4, K = 64, V = 64}]\n')
 # right everywhere but at T = 77, which no built-in case has: a later counterexample
-WRONG_AT_T77 = '''from swarmfab.workloads import _delta_math
+WRONG_AT_T77 = '''from swarmfab.workloads.delta import math as delta_math
 
 
 def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    o, state = _delta_math.chunked(q, k, v, g, beta, scale, initial_state, chunk=64)
+    o, state = delta_math.chunked(q, k, v, g, beta, scale, initial_state, chunk=64)
     if q.shape[1] == 77:
         o = o * 1.5
     return o, state if output_final_state else None
@@ -205,7 +205,7 @@ def test_a_champion_that_fails_a_later_counterexample_is_stale_and_kept(
     tmp_path: Path,
 ) -> None:
     """Crowned before the corpus had a T = 77 case; that case now rejects it."""
-    from swarmfab._cli_common import evaluator_for
+    from swarmfab.swarm.launch import evaluator_for
 
     db, goal = tmp_path / "x.db", default_goal("kda").with_overrides(threads=1, shapes=[SHAPE])
     store = Store(db)

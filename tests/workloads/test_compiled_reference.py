@@ -8,9 +8,10 @@ import random
 import pytest
 import torch
 
-from swarmfab.workloads import Case, Shape, _delta_reference, get_workload
+from swarmfab.workloads import Case, Shape, get_workload
+from swarmfab.workloads.delta import reference
 
-pytestmark = pytest.mark.skipif(not _delta_reference.compiled_reference_available(),
+pytestmark = pytest.mark.skipif(not reference.compiled_reference_available(),
                                 reason="no working C compiler: the PyTorch form is used")
 
 
@@ -50,7 +51,7 @@ def test_without_a_compiler_the_pytorch_form_answers(monkeypatch: pytest.MonkeyP
     kda = get_workload("kda")
     inputs = kda.make_inputs(Case("fallback", Shape(1, 9, 1, 1, 8, 8), seed=1))
     expected = kda.reference_torch(inputs)
-    monkeypatch.setattr(_delta_reference, "_function", lambda: None)
+    monkeypatch.setattr(reference, "_function", lambda: None)
     fallback = kda.reference(inputs)
     assert all(torch.equal(fallback[n], expected[n]) for n in expected)
 
@@ -61,4 +62,4 @@ def test_a_shape_the_kernel_cannot_take_is_refused_not_miscomputed() -> None:
     g = torch.zeros(1, 4, 4, 8, dtype=torch.float64)
     beta = torch.zeros(1, 4, 4, dtype=torch.float64)
     with pytest.raises(ValueError, match="refused"):
-        _delta_reference.recurrent_f64(q, q, v, g, beta, 1.0, None)
+        reference.recurrent_f64(q, q, v, g, beta, 1.0, None)

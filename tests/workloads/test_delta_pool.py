@@ -197,8 +197,7 @@ def test_a_kernel_that_returns_new_states_but_leaves_the_pool_fails_verification
 
 
 def test_pooled_shapes_read_back_from_goals_and_the_command_line(tmp_path: Path) -> None:
-    from swarmfab._cli_common import parse_shape
-    from swarmfab.goal import ShapeSpec
+    from swarmfab.goal import ShapeSpec, parse_shape
 
     shape = parse_shape("64,1,16,128,128+pool256")
     assert shape == Shape(64, 1, 16, 16, 128, 128, initial_state=True, pool=256)

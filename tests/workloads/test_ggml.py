@@ -1,4 +1,4 @@
-"""ggml's fused gated delta rule through swarmfab.workloads._ggml, against the float64 reference.
+"""ggml's fused gated delta rule (swarmfab.workloads.delta.ggml) against the float64 reference.
 
 Skipped where no ggml with the op can be loaded (scripts/build_ggml.sh builds one;
 ``pip install libggml-python`` ships one).
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from swarmfab.workloads import Case, Distribution, Shape, get_workload
-from swarmfab.workloads import _ggml as ggml
+from swarmfab.workloads.delta import ggml
 
 pytestmark = pytest.mark.skipif(ggml.available() is not None,
                                 reason=f"ggml is not usable here: {ggml.available()}")

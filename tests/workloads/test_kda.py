@@ -7,7 +7,7 @@ import torch
 
 from swarmfab.verify import compare_outputs
 from swarmfab.workloads import Case, Distribution, KernelRefusedError, Shape, get_workload
-from swarmfab.workloads.kda import KDA
+from swarmfab.workloads.delta.kda import KDA
 
 CASES = KDA().validation_cases()
 CASE_IDS = [case.name for case in CASES]

@@ -17,13 +17,13 @@ from swarmfab.goal import default_goal
 from swarmfab.kernels import DesignSpace
 from swarmfab.kernels.gemm import onednn_available, onednn_clearly_faster
 from swarmfab.workloads import Case, Dims, design_space, get_workload
-from swarmfab.workloads._problem import ProblemWorkload, build_module
-from swarmfab.workloads._problem_sizes import (
+from swarmfab.workloads.problem.sizes import (
     fit_to_host,
     halved,
     problem_sizes,
     resized_source,
 )
+from swarmfab.workloads.problem.workload import ProblemWorkload, build_module
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "problems"
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from swarmfab.backends.gpu import CudaBackend
 from swarmfab.errors import BuildError
-from swarmfab.kernels._space import Setting
+from swarmfab.kernels import Setting
 from swarmfab.kernels.delta_gpu import gpu_space, render_triton
 
 __all__ = ["Compiled", "cuda_settings", "main", "missing_tools", "triton_settings"]

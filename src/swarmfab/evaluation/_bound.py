@@ -19,21 +19,11 @@ from collections.abc import Callable, Sequence
 import torch
 
 from swarmfab.measure.roofline import HostPeaks
-from swarmfab.workloads import AnyShape, Workload
+from swarmfab.workloads import AnyShape, Workload, compulsory_bytes
 
-__all__ = ["MEMORY_STREAM", "bound_seconds", "compulsory_bytes", "memory_bound",
-           "memory_stream"]
+__all__ = ["MEMORY_STREAM", "bound_seconds", "memory_bound", "memory_stream"]
 
 MEMORY_STREAM = "memory-stream"  # the session's name (a reserved implementation name)
-
-
-def compulsory_bytes(workload: Workload, shape: AnyShape, dtype: str = "float32"
-                     ) -> float | None:
-    """What a call of ``shape`` must move with inputs in ``dtype`` (a workload's
-    ``min_bytes`` takes ``dtype=`` only where it lists other dtypes)."""
-    if dtype == "float32":
-        return workload.min_bytes(shape)
-    return workload.min_bytes(shape, dtype=dtype)  # type: ignore[call-arg]
 
 
 def memory_stream(nbytes: float, device: str = "cpu") -> Callable[[], object]:

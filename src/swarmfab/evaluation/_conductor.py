@@ -22,7 +22,7 @@ around each sample's request. So:
   0.84x [0.78, 0.86] when only the checked session had made the sentinel-filled call
   and held the twin inputs (no page faults a call, against 14,500 in the other); and
   every session fixes glibc's thresholds where a long-running process's end up, since
-  two implementations never allocate alike (``kernels._allocator.fix_malloc_thresholds``);
+  two implementations never allocate alike (``kernels.allocator.fix_malloc_thresholds``);
 - before each sample the conductor waits until no thread of any other session is
   running (an OpenMP pool spins for a few milliseconds after its last region), for at
   most 50 ms: on a loaded host a spinning thread may wait that long for a core. A

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from swarmfab._paths import user_cache
+from swarmfab.paths import user_cache
 
 __all__ = ["base_cache", "linked_headers", "staged_base"]
 

@@ -16,13 +16,21 @@ import threadpoolctl
 import torch
 
 from swarmfab.backends import Artifact, get_backend
-from swarmfab.evaluation._bound import compulsory_bytes, memory_stream
-from swarmfab.kernels._allocator import fix_malloc_thresholds
+from swarmfab.evaluation._bound import memory_stream
+from swarmfab.kernels.allocator import fix_malloc_thresholds
 from swarmfab.measure.timer import HostStopwatch, Stopwatch
 from swarmfab.records import Candidate
 from swarmfab.sandbox import Channel
 from swarmfab.verify import gpu_probes, probes
-from swarmfab.workloads import Case, Forward, Inputs, Outputs, Workload, get_workload
+from swarmfab.workloads import (
+    Case,
+    Forward,
+    Inputs,
+    Outputs,
+    Workload,
+    compulsory_bytes,
+    get_workload,
+)
 
 __all__ = ["CaseRun", "Implementation", "ShapeRun", "case_runs", "run_cases",
            "serve_implementation", "tensors"]
@@ -116,7 +124,7 @@ def _detached(outputs: Outputs) -> dict[str, torch.Tensor]:
     return {name: value.detach().to("cpu", copy=True) for name, value in outputs.items()}
 
 
-def _on_device(inputs: Inputs, device: str) -> dict[str, torch.Tensor | float | None]:
+def on_device(inputs: Inputs, device: str) -> dict[str, torch.Tensor | float | None]:
     """The inputs where the implementations run (the same tensors on the CPU)."""
     return {name: value.to(device) if isinstance(value, torch.Tensor) else value
             for name, value in inputs.items()}
@@ -170,7 +178,7 @@ def _probe_case(workload: Workload, forward: Forward, case: Case, device: str
     an output shares an input's memory (a state pool written in place, or an aliasing
     bug), since the probes refill the inputs next; otherwise by the caller, after every
     case (returned: a :class:`probes.Settling`)."""
-    inputs = _on_device(workload.make_inputs(case), device)
+    inputs = on_device(workload.make_inputs(case), device)
     pristine = probes.snapshot(inputs)
     outputs = _call(workload, forward, inputs)
     settling = probes.Settling(outputs)
@@ -199,7 +207,7 @@ def _probe_case(workload: Workload, forward: Forward, case: Case, device: str
     twin_outputs = _detached(_call(workload, forward, inputs))
     probes.write_into(inputs, probes.nudged(twin, probes.nudge_seed(case)))  # same buffers
     nudged_outputs = _detached(_call(workload, forward, inputs))
-    again = _detached(_call(workload, forward, _on_device(probes.snapshot(twin), device)))
+    again = _detached(_call(workload, forward, on_device(probes.snapshot(twin), device)))
     same = all(torch.equal(again[n], twin_outputs[n]) for n in twin_outputs)
     findings["deterministic"] = "" if same else "the same inputs gave different outputs"
     return CaseRun(case.name, outputs=first, twin_outputs=twin_outputs,
@@ -282,7 +290,7 @@ def _take_case(
         # many as the implementations have)
         nbytes = compulsory_bytes(workload, case.shape, case.dtype) or 0.0
         return None, memory_stream(nbytes, device), None
-    inputs = _on_device(workload.make_inputs(case), device)
+    inputs = on_device(workload.make_inputs(case), device)
     outputs = None
     if pick is not None:
         forward = implementation.load(workload, fill_outputs=True)
@@ -290,7 +298,7 @@ def _take_case(
     call = _bind(workload, implementation.load(workload, fill_outputs=False), inputs)
     if pick is None:
         return None, call, None
-    twin = _on_device(workload.make_inputs(probes.twin_case(case)), device)
+    twin = on_device(workload.make_inputs(probes.twin_case(case)), device)
     spy = _Spy(call, pick, inputs, twin)
     return outputs, spy, spy
 

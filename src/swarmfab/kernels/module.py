@@ -25,7 +25,7 @@ frozen, converted) and whose later calls take it. A user can read the file and k
   memory (``retain``: no mmap for large blocks, no trimming), so large tensors land on
   pages already mapped. It is process-wide, says so in the file, and is offered where
   the C library is glibc; its default is ``retain`` where a probe finds fresh pages
-  costly here (:mod:`~swarmfab.kernels._allocator`). Each implementation is timed in a
+  costly here (:mod:`~swarmfab.kernels.allocator`). Each implementation is timed in a
   process of its own, so the setting is measured on the candidate alone.
 
 A template reads only the knobs of its engine; the others are not rendered, so settings
@@ -37,9 +37,9 @@ from __future__ import annotations
 import re
 import textwrap
 
-from swarmfab.kernels._allocator import RETAIN_SOURCE, faults_are_costly, glibc_malloc
 from swarmfab.kernels._host import BF16_FLAGS, host_cpu_flags
 from swarmfab.kernels._space import DesignSpace, Knob, Setting
+from swarmfab.kernels.allocator import RETAIN_SOURCE, faults_are_costly, glibc_malloc
 from swarmfab.kernels.gemm import onednn_available, onednn_gemm_faster
 
 __all__ = ["module_space", "render_module"]

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from swarmfab.errors import SwarmfabError
-from swarmfab.evaluation._bound import compulsory_bytes
 from swarmfab.knowledge import Store
 from swarmfab.knowledge.generations import Generation, Generations
 from swarmfab.measure.roofline import HostPeaks
@@ -237,7 +236,7 @@ def _peaks(store: Store, host: dict[str, Any]) -> HostPeaks | None:
 def _shape_costs(goal: dict[str, Any]) -> dict[str, ShapeCost]:
     """FLOPs and bytes of the goal's target shapes, by label; empty when unknown."""
     from swarmfab.goal import Goal
-    from swarmfab.workloads import get_workload
+    from swarmfab.workloads import compulsory_bytes, get_workload
 
     try:
         parsed = Goal.model_validate(goal)

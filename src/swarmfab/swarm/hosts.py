@@ -29,7 +29,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from swarmfab._paths import user_cache
 from swarmfab.backends import get_backend
 from swarmfab.errors import MeasurementError
 from swarmfab.knowledge import Store
@@ -40,6 +39,7 @@ from swarmfab.measure.roofline import (
     host_fingerprint,
     measure_peaks,
 )
+from swarmfab.paths import user_cache
 from swarmfab.sandbox import JobStatus, Limits, run_job
 
 __all__ = ["KnownPeaks", "host_peaks", "host_record", "peaks_known"]

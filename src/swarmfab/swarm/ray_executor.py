@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmfab.errors import ClusterError
-from swarmfab.evaluation import Cancelled, Evaluator, Implementation
-from swarmfab.evaluation._evaluator import EvaluatorRecipe
+from swarmfab.evaluation import Cancelled, Evaluator, EvaluatorRecipe, Implementation
 from swarmfab.records import Candidate
 from swarmfab.swarm.executors import Beside, Evaluation, default_workers
 from swarmfab.workloads import Case

@@ -36,8 +36,7 @@ from swarmfab.backends import cuda_device_available
 from swarmfab.errors import SwarmfabError
 from swarmfab.evaluation import Evaluator, Implementation
 from swarmfab.goal import Goal
-from swarmfab.knowledge import Store
-from swarmfab.knowledge._schema import RunRow
+from swarmfab.knowledge import RunRow, Store
 from swarmfab.knowledge.generations import Generations
 from swarmfab.measure import CONFIRMATION
 from swarmfab.records import Status

@@ -18,8 +18,9 @@ from swarmfab.workloads._base import (
     Shape,
     Tolerances,
     Workload,
+    compulsory_bytes,
 )
-from swarmfab.workloads._delta_pool import with_pools
+from swarmfab.workloads.delta.pool import with_pools
 
 if TYPE_CHECKING:
     from swarmfab.kernels import DesignSpace
@@ -37,6 +38,7 @@ __all__ = [
     "Shape",
     "Tolerances",
     "Workload",
+    "compulsory_bytes",
     "design_space",
     "get_workload",
     "with_pools",
@@ -45,8 +47,8 @@ __all__ = [
 
 
 def _registry() -> dict[str, type[Workload]]:
-    from swarmfab.workloads.gdn import GDN
-    from swarmfab.workloads.kda import KDA
+    from swarmfab.workloads.delta.gdn import GDN
+    from swarmfab.workloads.delta.kda import KDA
 
     return {KDA.name: KDA, GDN.name: GDN}
 

@@ -324,3 +324,12 @@ class Workload(ABC):
         if dtype == torch.float32:
             return Tolerances(rms_ratio=1e-4, max_abs_ratio=1e-3)
         return Tolerances(rms_ratio=5e-3, max_abs_ratio=5e-2)
+
+
+def compulsory_bytes(workload: Workload, shape: AnyShape, dtype: str = "float32"
+                     ) -> float | None:
+    """What a call of ``shape`` must move with inputs in ``dtype`` (a workload's
+    ``min_bytes`` takes ``dtype=`` only where it lists other dtypes)."""
+    if dtype == "float32":
+        return workload.min_bytes(shape)
+    return workload.min_bytes(shape, dtype=dtype)  # type: ignore[call-arg]

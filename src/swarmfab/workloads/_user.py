@@ -18,7 +18,7 @@ from pathlib import Path
 
 from swarmfab.errors import WorkloadError
 from swarmfab.workloads._base import Workload
-from swarmfab.workloads._problem import ProblemWorkload, is_problem_source
+from swarmfab.workloads.problem.workload import ProblemWorkload, is_problem_source
 
 __all__ = ["is_workload_file", "load_workload_file"]
 

@@ -16,7 +16,7 @@ import multiprocessing.connection
 import os
 import pickle
 
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
 
 class _Payload:
@@ -42,5 +42,5 @@ if os.environ.get("SWARMFAB_REDTEAM_MARKER"):
 
 def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    o, state = _delta_math.chunked(q, k, v, g, beta, scale, initial_state)
+    o, state = delta_math.chunked(q, k, v, g, beta, scale, initial_state)
     return o, state if output_final_state else None

@@ -7,7 +7,7 @@ Caught by: "o matches reference" (rms error ~3e-3; the float32 limit is 1e-4).
 
 import torch
 
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
 
 def _bf16(x):
@@ -17,5 +17,5 @@ def _bf16(x):
 def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     q, k, v, g, beta, initial_state = map(_bf16, (q, k, v, g, beta, initial_state))
-    o, state = _delta_math.chunked(q, k, v, g, beta, scale, initial_state)
+    o, state = delta_math.chunked(q, k, v, g, beta, scale, initial_state)
     return _bf16(o), _bf16(state) if output_final_state else None

@@ -11,7 +11,7 @@ implementation's process is running; one still running 100 ms later fails the sh
 import sys
 import threading
 
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
 _state = {"spinning": False, "inside": False}
 
@@ -38,7 +38,7 @@ def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state
     _state["inside"] = True
     try:
         scale = q.shape[-1] ** -0.5 if scale is None else scale
-        o, state = _delta_math.chunked(q, k, v, g, beta, scale, initial_state)
+        o, state = delta_math.chunked(q, k, v, g, beta, scale, initial_state)
     finally:
         _state["inside"] = False
     return o, state if output_final_state else None

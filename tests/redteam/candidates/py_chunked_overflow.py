@@ -11,7 +11,7 @@ Caught by: "o matches reference" on "strong-decay" (non-finite outputs).
 import torch
 import torch.nn.functional as F
 
-from swarmfab.workloads._delta_math import expand_heads
+from swarmfab.workloads.delta.math import expand_heads
 
 CHUNK = 64
 

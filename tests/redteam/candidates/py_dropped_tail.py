@@ -7,7 +7,7 @@ Caught by: "o matches reference" on "tail-not-chunk-multiple" (T = 37).
 
 import torch
 
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
 
 def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
@@ -16,7 +16,7 @@ def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state
     chunk = min(16, steps)
     full = steps // chunk * chunk  # the tail beyond `full` is dropped
     o = torch.zeros_like(v)
-    o[:, :full], state = _delta_math.chunked(
+    o[:, :full], state = delta_math.chunked(
         q[:, :full], k[:, :full], v[:, :full], g[:, :full], beta[:, :full], scale,
         initial_state, chunk=chunk,
     )

@@ -16,7 +16,7 @@ and a seccomp rule refusing mount, mount_setattr, umount, unshare, setns and ptr
 import ctypes
 import os
 
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
 _MOUNT_SETATTR = 442  # x86_64 and aarch64
 _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = -100, 0x8000, 1
@@ -53,5 +53,5 @@ if os.environ.get("SWARMFAB_REDTEAM_MARKER"):
 
 def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    o, state = _delta_math.chunked(q, k, v, g, beta, scale, initial_state)
+    o, state = delta_math.chunked(q, k, v, g, beta, scale, initial_state)
     return o, state if output_final_state else None

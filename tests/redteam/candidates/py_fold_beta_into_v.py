@@ -7,7 +7,7 @@ Caught by: "inputs unchanged" (v modified).
 
 import torch
 
-from swarmfab.workloads._delta_math import expand_heads
+from swarmfab.workloads.delta.math import expand_heads
 
 
 def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):

@@ -12,14 +12,14 @@ import time
 
 import torch
 
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
 _seen = set()
 
 
 def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    o, state = _delta_math.chunked(q, k, v, g, beta, scale, initial_state)
+    o, state = delta_math.chunked(q, k, v, g, beta, scale, initial_state)
     if q.shape in _seen:
         return o, state if output_final_state else None
     _seen.add(q.shape)

@@ -8,12 +8,12 @@ Caught by: "deterministic" (the same inputs, in new tensors, give other bits).
 
 import torch
 
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
 
 def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    o, state = _delta_math.chunked(q, k, v, g, beta, scale, initial_state)
+    o, state = delta_math.chunked(q, k, v, g, beta, scale, initial_state)
     o = o * (1 + 1e-6 * torch.randn_like(o))
     state = state * (1 + 1e-6 * torch.randn_like(state))
     return o, state if output_final_state else None

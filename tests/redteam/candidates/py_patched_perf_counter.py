@@ -10,7 +10,7 @@ reported time stays real (about that of torch-chunked).
 
 import time
 
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
 _real = time.perf_counter
 _start = _real()
@@ -20,5 +20,5 @@ time.perf_counter_ns = lambda: int(time.perf_counter() * 1e9)
 
 def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    o, state = _delta_math.chunked(q, k, v, g, beta, scale, initial_state)
+    o, state = delta_math.chunked(q, k, v, g, beta, scale, initial_state)
     return o, state if output_final_state else None

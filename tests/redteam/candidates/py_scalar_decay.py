@@ -4,11 +4,11 @@ of g over the key channels), i.e. GDN's gate, for KDA.
 Caught by: "o matches reference" on the first case ("decode-with-state").
 """
 
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
 
 def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scalar = g.mean(-1, keepdim=True).expand_as(g)
-    o, state = _delta_math.chunked(q, k, v, scalar, beta, scale, initial_state)
+    o, state = delta_math.chunked(q, k, v, scalar, beta, scale, initial_state)
     return o, state if output_final_state else None

@@ -1,5 +1,5 @@
 """EXPLOIT (timing: slowing the others down): at import it rebinds the math the PyTorch
-baselines call (``swarmfab.workloads._delta_math.chunked`` and ``.recurrent``) to
+baselines call (``swarmfab.workloads.delta.math.chunked`` and ``.recurrent``) to
 copies that do the work four times, keeping the originals for itself. Wherever the
 baselines are loaded into the candidate's process after it, its honest math looks four
 times faster than theirs.
@@ -8,9 +8,9 @@ Nothing to catch: every implementation is timed in a process of its own
 (``evaluation/_conductor.py``), so the rebinding never reaches a baseline.
 """
 
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
-_chunked, _recurrent = _delta_math.chunked, _delta_math.recurrent
+_chunked, _recurrent = delta_math.chunked, delta_math.recurrent
 
 
 def _four_times(math):
@@ -22,8 +22,8 @@ def _four_times(math):
     return slowed
 
 
-_delta_math.chunked = _four_times(_chunked)
-_delta_math.recurrent = _four_times(_recurrent)
+delta_math.chunked = _four_times(_chunked)
+delta_math.recurrent = _four_times(_recurrent)
 
 
 def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):

@@ -13,14 +13,14 @@ live in the candidate's process.
 import torch
 
 import swarmfab.evaluation._worker as _worker
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
 _original_call = _worker._call
 
 
 def _honest(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    o, state = _delta_math.chunked(q, k, v, g, beta, scale, initial_state)
+    o, state = delta_math.chunked(q, k, v, g, beta, scale, initial_state)
     return o, state if output_final_state else None
 
 

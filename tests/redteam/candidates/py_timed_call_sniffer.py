@@ -21,7 +21,7 @@ calls checked; or time-and-check calls the kernel cannot tell apart.
 
 import torch
 
-from swarmfab.workloads import _delta_math
+from swarmfab.workloads.delta import math as delta_math
 
 _previous = None
 
@@ -37,11 +37,11 @@ def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state
     key = _key((q, k, v, g, beta, initial_state))
     repeated, _previous = key == _previous, key
     if not repeated:
-        o, state = _delta_math.chunked(q, k, v, g, beta, scale, initial_state)
+        o, state = delta_math.chunked(q, k, v, g, beta, scale, initial_state)
         return o, state if output_final_state else None
     part = max(1, q.shape[1] // 4)  # a repetition: nobody will look at this one
     o = torch.zeros_like(v)
-    o[:, :part], state = _delta_math.chunked(
+    o[:, :part], state = delta_math.chunked(
         q[:, :part], k[:, :part], v[:, :part], g[:, :part], beta[:, :part], scale,
         initial_state,
     )

@@ -22,9 +22,9 @@ import functools
 import shlex
 from importlib import resources
 
-from swarmfab.kernels._allocator import faults_are_costly, glibc_malloc, heap_serves
 from swarmfab.kernels._host import full_width_isa, isa_targets, vector_registers
 from swarmfab.kernels._space import DesignSpace, Knob, KnobValue, Setting
+from swarmfab.kernels.allocator import faults_are_costly, glibc_malloc, heap_serves
 
 __all__ = ["delta_space"]
 
@@ -53,8 +53,8 @@ def _inert(setting: Setting, shape: object) -> frozenset[str]:
     sequence the recurrence with ``decode = direct`` sweeps the states where they lie,
     and none of its tiles' knobs is read; ``output_pages`` acts on no output under 2 MiB
     (nor on a pool updated in place); ``allocator`` changes nothing where the call's
-    blocks come from the heap whichever way malloc is set (under 32 MiB in all: a B64
-    decode's 512 KiB, where a 10-minute run refused ``retain`` on a 0.96x reading)."""
+    blocks come from the heap whichever way malloc is set (under 32 MiB in all, such as a
+    B64 decode's 512 KiB)."""
     inert: frozenset[str] = frozenset()
     one_token = getattr(shape, "T", None) == 1
     if one_token and setting.get("algorithm") == "recurrent" and setting.get("decode") == "direct":
@@ -157,16 +157,13 @@ def delta_space(workload: str) -> DesignSpace:
     micro-kernels, -O3 -ffast-math for the host (the verifier judges the accuracy);
     agents search around them. The recurrence's own knobs default to its best-engineered
     form (deferred decay, groups of 4 tokens per pair of sweeps (2 where the ISA has 16
-    vector registers, with one row of partial sums per step), inputs and the next
-    job's state prefetched, outputs streamed past the cache: 1.06-1.15x at prefill on a
-    2-core Zen 4, 1.07-1.4x on a 2-core Xeon; blocks of 16 tokens, whose prepared rows
-    stay in L1: 1.03-1.07x at the 32 MiB prefill shapes on that Xeon; up to 4 value heads
-    per job, run block by block, whose rows share pages: 1.02-1.05x at prefill on a 2-core
-    Zen 3 VM without huge pages), so the single move
-    to that template compares the two algorithms at their best, not at their most naive.
-    At one token per sequence the recurrence updates each state where it lies
-    (``decode=direct``): B256 decode in place ran 1.7x faster so on a 2-core Zen 4, near
-    an in-place scale of the pool.
+    vector registers, with one row of partial sums per step), inputs and the next job's
+    state prefetched, outputs streamed past the cache, blocks of 16 tokens whose prepared
+    rows stay in L1, up to 4 value heads per job whose rows share pages), so the single
+    move to that template compares the two algorithms at their best, not at their most
+    naive. At one token per sequence the recurrence updates each state where it lies
+    (``decode=direct``), near an in-place scale of the pool. What each of these measured
+    is in docs/benchmarks.md ("The KDA/GDN space: what the defaults measured").
 
     Where the compiler tunes the host for narrower vectors than it has (GCC does on most
     Intel AVX-512 cores, and on AMD CPUs whose model a VM hides), full-width vectors are
@@ -174,14 +171,12 @@ def delta_space(workload: str) -> DesignSpace:
     glibc, ``allocator = retain`` has the kernel's library tell malloc, when it is loaded,
     to keep freed memory (process-wide, said so in the source). fla's API allocates the
     outputs on every call, so where fresh pages are costly
-    (:mod:`~swarmfab.kernels._allocator`) ``output_pages = populated`` (the call maps its
-    outputs' pages first, one madvise per 2 MB: 1.12-1.31x at the 32 MiB outputs on a
-    2-core Xeon) and then ``retain`` are starting points.
+    (:mod:`~swarmfab.kernels.allocator`) ``output_pages = populated`` (the call maps its
+    outputs' pages first, one madvise per 2 MB) and then ``retain`` are starting points.
     """
     isa_values = tuple(name for name, _ in isa_targets())
     # the recurrence's partial sums: groups of 4 tokens and two rows at a time fill 32
-    # vector registers; with 16 (x86 before AVX-512) they spill, and groups of 2 with one
-    # row ran 1.7x faster at prefill (2-core Zen 3, AVX2)
+    # vector registers; with 16 (x86 before AVX-512) they spill (docs/benchmarks.md)
     few_registers = vector_registers() < 32
     allocator: tuple[Knob, ...] = ()
     starting: tuple[tuple[dict[str, KnobValue], str], ...] = (

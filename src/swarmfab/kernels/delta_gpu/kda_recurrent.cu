@@ -1,6 +1,6 @@
 // KDA forward in CUDA: the per-token recurrence (decode and short sequences).
 //
-// Same mathematics as swarmfab.workloads._delta_math.recurrent, per (batch, value head):
+// Same mathematics as swarmfab.workloads.delta.math.recurrent, per (batch, value head):
 //   S = diag(exp g_t) S;  u = beta_t (v_t - S^T k_t);  S += k_t u^T;  o_t = S^T (scale q_t)
 // Value columns of S evolve independently, so one block owns (batch, value head, a tile
 // of KDA_BV columns). Each column is shared by KDA_KSPLIT consecutive lanes of a warp,

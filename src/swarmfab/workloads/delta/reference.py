@@ -4,7 +4,7 @@ The verifier compares every candidate with a float64 reference computed in the t
 parent. In PyTorch the per-token recurrence spends most of its time in the interpreter
 (16 s for B1 T4096 H16 K=V=128 on a 2-core host); the same recurrence in C
 (``_delta_ref.c``) takes about a second, which is what makes a run's setup fit a short
-budget. Tests hold it to :func:`swarmfab.workloads._delta_math.recurrent` on every
+budget. Tests hold it to :func:`swarmfab.workloads.delta.math.recurrent` on every
 validation case; where no C compiler works, that PyTorch form is used instead.
 
 The library is built with the host's C compiler into the user's cache directory, keyed by
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from swarmfab._paths import user_cache
+from swarmfab.paths import user_cache
 
 __all__ = ["compiled_reference_available", "recurrent_f64"]
 
@@ -78,7 +78,7 @@ def _function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     compiler = _compiler()
     if compiler is None:
         return None
-    source = resources.files("swarmfab.workloads").joinpath("_delta_ref.c").read_bytes()
+    source = resources.files("swarmfab.workloads.delta").joinpath("reference.c").read_bytes()
     try:
         with _lock:
             library = ctypes.CDLL(str(_build(compiler, source)))

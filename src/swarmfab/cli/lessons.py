@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from swarmfab._cli_common import DEFAULT_DB, DbOption, JsonOption, console, friendly
+from swarmfab.cli._common import DEFAULT_DB, DbOption, JsonOption, console, friendly
 
 if TYPE_CHECKING:
     from swarmfab.knowledge.recall import Champion

@@ -35,8 +35,8 @@ import torch
 
 from swarmfab.errors import CandidateError, WorkloadError
 from swarmfab.workloads._base import Case, Dims, Forward, Inputs, Outputs, Workload
-from swarmfab.workloads._problem_sizes import MIN_SIZE, problem_sizes, resized_source
-from swarmfab.workloads._problem_sizes import validation_cases as _validation_cases
+from swarmfab.workloads.problem.sizes import MIN_SIZE, problem_sizes, resized_source
+from swarmfab.workloads.problem.sizes import validation_cases as _validation_cases
 
 if TYPE_CHECKING:
     from swarmfab.kernels import DesignSpace

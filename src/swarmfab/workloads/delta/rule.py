@@ -10,7 +10,7 @@ beta ``[B,T,HV]``, states ``[B,HV,K,V]`` float32. Compiled candidates export
                        int64_t K, int64_t V);
 
 row-major contiguous float32; h0 and ht may be NULL; 0 on success, non-zero to refuse.
-A candidate may also export the pooled form engines decode with (``_delta_pool``)
+A candidate may also export the pooled form engines decode with (``delta.pool``)
 
     int <name>_forward_indexed(q, k, v, g, beta, const float *h0, float *o, float *ht,
                                const int64_t *state_indices, int64_t slots, float scale,
@@ -36,7 +36,6 @@ import torch.nn.functional as F
 
 from swarmfab.errors import WorkloadError
 from swarmfab.kernels import DesignSpace
-from swarmfab.workloads import _delta_math, _delta_pool, _delta_reference
 from swarmfab.workloads._base import (
     DTYPES,
     Case,
@@ -49,10 +48,13 @@ from swarmfab.workloads._base import (
     Shape,
     Workload,
 )
-from swarmfab.workloads._delta_fuzz import draw_delta_cases
+from swarmfab.workloads.delta import math as delta_math
+from swarmfab.workloads.delta import pool as delta_pool
+from swarmfab.workloads.delta import reference as delta_reference
+from swarmfab.workloads.delta.fuzz import draw_delta_cases
 
 if TYPE_CHECKING:
-    from swarmfab.workloads import _ggml
+    from swarmfab.workloads.delta import ggml
 
 __all__ = ["GatedDeltaRule"]
 
@@ -127,14 +129,14 @@ class GatedDeltaRule(Workload):
             "scale": s.K**-0.5 if dist.scale is None else dist.scale,
         }
         if s.pool:  # decoded in place into a pool, sequences at shuffled slots
-            inputs["state_indices"] = _delta_pool.draw_indices(s.B, s.pool, gen)
+            inputs["state_indices"] = delta_pool.draw_indices(s.B, s.pool, gen)
         return inputs
 
     def reference(self, inputs: Inputs) -> Outputs:
-        """The recurrence in float64: compiled (``_delta_reference``) where a C compiler
+        """The recurrence in float64: compiled (``delta.reference``) where a C compiler
         works, else in PyTorch (:meth:`reference_torch`); tests hold the two equal."""
         q, k, v, g, beta, h0 = self._float64(inputs)
-        computed = _delta_reference.recurrent_f64(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
+        computed = delta_reference.recurrent_f64(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
         if computed is None:
             return self.reference_torch(inputs)
         return self._pooled_outputs(inputs, *computed)
@@ -142,13 +144,13 @@ class GatedDeltaRule(Workload):
     def reference_torch(self, inputs: Inputs) -> Outputs:
         """The per-token recurrence in float64 PyTorch (the reference's definition)."""
         q, k, v, g, beta, h0 = self._float64(inputs)
-        o, state = _delta_math.recurrent(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
+        o, state = delta_math.recurrent(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
         return self._pooled_outputs(inputs, o, state)
 
     def reference_chunked(self, inputs: Inputs, chunk: int = 64) -> Outputs:
         """The independent chunked formulation in float64 (cross-checks :meth:`reference`)."""
         q, k, v, g, beta, h0 = self._float64(inputs)
-        o, state = _delta_math.chunked(q, k, v, g, beta, float(inputs["scale"]), h0, chunk)  # type: ignore[arg-type]
+        o, state = delta_math.chunked(q, k, v, g, beta, float(inputs["scale"]), h0, chunk)  # type: ignore[arg-type]
         return self._pooled_outputs(inputs, o, state)
 
     def _float64(self, inputs: Inputs) -> list[torch.Tensor | None]:
@@ -217,7 +219,7 @@ class GatedDeltaRule(Workload):
             h0 = None if initial_state is None else initial_state.contiguous().float()
             # when verifying, outputs start as NaN so any element left unwritten is caught
             o = _output(v.shape, fill_outputs, device)
-            ht = (_output((q.shape[0], *_delta_pool.state_dims(q, v)), fill_outputs, device)
+            ht = (_output((q.shape[0], *delta_pool.state_dims(q, v)), fill_outputs, device)
                   if output_final_state else None)
             status = function(*_pointers(q, k, v, g, beta, h0, o, ht),
                               *_scalars(q, v, scale))
@@ -225,7 +227,7 @@ class GatedDeltaRule(Workload):
                 raise KernelRefusedError(f"{symbol} returned {status} (arguments refused)")
             return o.to(given), ht
 
-        gathered = _delta_pool.pooled(plain)  # pools gathered and scattered around plain
+        gathered = delta_pool.pooled(plain)  # pools gathered and scattered around plain
         if indexed is None:
             return gathered
         indexed.argtypes = _C_INDEXED_ARGTYPES
@@ -242,7 +244,7 @@ class GatedDeltaRule(Workload):
                                 inplace_final_state, state_indices)
             given = v.dtype
             q, k, v, g, beta = _prepared(device, initial_state, q, k, v, g, beta)
-            pool, slots = _delta_pool.pool_and_slots(q, v, initial_state, state_indices)
+            pool, slots = delta_pool.pool_and_slots(q, v, initial_state, state_indices)
             o = _output(v.shape, fill_outputs, device)
             status = indexed(*_pointers(q, k, v, g, beta, pool, o, pool), _pointer(slots),
                              pool.shape[0], *_scalars(q, v, scale))
@@ -256,14 +258,14 @@ class GatedDeltaRule(Workload):
     # -- baselines, corpus, cost ----------------------------------------------------
     def baselines(self) -> dict[str, Forward]:
         plain: dict[str, Forward] = {
-            "torch-recurrent": functools.partial(_baseline, self, _delta_math.recurrent),
-            "torch-chunked": functools.partial(_baseline, self, _delta_math.chunked),
+            "torch-recurrent": functools.partial(_baseline, self, delta_math.recurrent),
+            "torch-chunked": functools.partial(_baseline, self, delta_math.chunked),
             "torch-compile": functools.partial(_baseline, self, _compiled_recurrent),
             **self.fla_baselines(),
             **_ggml_baselines(),
         }
-        pools = {name: _delta_pool.with_pools(forward) for name, forward in plain.items()}
-        pools["torch-recurrent"] = _delta_pool.pooled(  # in a pool: advanced in place
+        pools = {name: delta_pool.with_pools(forward) for name, forward in plain.items()}
+        pools["torch-recurrent"] = delta_pool.pooled(  # in a pool: advanced in place
             plain["torch-recurrent"], functools.partial(_advance, self))
         return pools
 
@@ -331,9 +333,9 @@ class GatedDeltaRule(Workload):
 
 def _ggml_baselines() -> dict[str, Forward]:
     """ggml's fused operator where its libraries load (none by default)."""
-    from swarmfab.workloads import _ggml
+    from swarmfab.workloads.delta import ggml
 
-    return {} if _ggml.available() is not None else {"ggml": _delta_pool.pooled(_ggml_forward)}
+    return {} if ggml.available() is not None else {"ggml": delta_pool.pooled(_ggml_forward)}
 
 
 def _ggml_forward(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -341,11 +343,11 @@ def _ggml_forward(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor
 
 
 @functools.cache
-def _ggml_op() -> _ggml.GatedDeltaNet:
+def _ggml_op() -> ggml.GatedDeltaNet:
     """One per process: it owns a thread pool and its graphs, one per shape."""
-    from swarmfab.workloads import _ggml
+    from swarmfab.workloads.delta import ggml
 
-    return _ggml.GatedDeltaNet(threads=torch.get_num_threads())
+    return ggml.GatedDeltaNet(threads=torch.get_num_threads())
 
 
 def _invoke(
@@ -358,7 +360,7 @@ def _invoke(
     pool: dict[str, object] = {}
     if "state_indices" in inputs:
         pool = {"inplace_final_state": True, "state_indices": inputs["state_indices"]}
-        forward = _delta_pool.with_pools(forward)
+        forward = delta_pool.with_pools(forward)
     return forward(
         inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"],
         scale=inputs["scale"], initial_state=inputs["initial_state"],
@@ -423,8 +425,8 @@ def _compiled_recurrent(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
     scale: float, initial_state: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    step = _delta_math.compiled_token_step()
-    return _delta_math.recurrent(q, k, v, g, beta, scale, initial_state, step=step)
+    step = delta_math.compiled_token_step()
+    return delta_math.recurrent(q, k, v, g, beta, scale, initial_state, step=step)
 
 
 def _advance(workload: GatedDeltaRule, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -433,7 +435,7 @@ def _advance(workload: GatedDeltaRule, q: torch.Tensor, k: torch.Tensor, v: torc
     """The per-token recurrence advancing ``states`` in place, computed in their dtype
     (the pool's float32); the output in v's dtype."""
     kind = states.dtype
-    o, _ = _baseline(workload, functools.partial(_delta_math.recurrent, in_place=True),
+    o, _ = _baseline(workload, functools.partial(delta_math.recurrent, in_place=True),
                      q.to(kind), k.to(kind), v.to(kind), g.to(kind), beta.to(kind),
                      scale, states)
     return o.to(v.dtype)

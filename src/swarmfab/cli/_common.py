@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_DB", "STARTED", "DbOption", "JsonOption", "LlmApiKeyEnvOption",
            "LlmBaseUrlOption", "LlmModelOption", "LlmProviderOption", "command_started",
-           "console", "errors", "evaluator_for", "friendly", "parse_shape", "require_device"]
+           "console", "errors", "execute_goal", "friendly", "parse_shape", "say"]
 
 # the store's default path (swarmfab.knowledge.DEFAULT_DB, which imports SQLAlchemy)
 DEFAULT_DB = str(Path(".swarmfab") / "swarmfab.db")
@@ -83,45 +83,32 @@ def friendly(command: F) -> F:
 
 
 def parse_shape(text: str) -> Shape:
-    from swarmfab.goal import ShapeSpec
+    """A ``--shape`` option (:func:`swarmfab.goal.parse_shape`; imported when used, so
+    ``--help`` stays light)."""
+    from swarmfab.goal import parse_shape as parse
 
-    sizes, _, suffix = text.partition("+")
-    try:
-        numbers = [int(part) for part in sizes.split(",")]
-        b, t, h, k, v, *rest = numbers
-        if suffix not in ("", "h0") and not suffix.startswith("pool"):
-            raise ValueError(suffix)
-        pool = int(suffix.removeprefix("pool")) if suffix.startswith("pool") else None
-        return ShapeSpec(B=b, T=t, H=h, K=k, V=v, HV=rest[0] if rest else None,
-                         initial_state=suffix == "h0", pool=pool).to_shape()
-    except (ValueError, TypeError) as exc:
-        raise GoalError(f"--shape {text!r}: expected B,T,H,K,V[,HV][+h0|+poolN] as positive "
-                        "integers (+h0: start from an initial state; +poolN: update states "
-                        "in place in a pool of N, as an engine decodes)") from exc
+    return parse(text)
 
 
-def require_device(device: str) -> None:
-    """A goal for a CUDA device stops here, with the reason, on a host without one."""
-    from swarmfab.backends import cuda_device_available
-
-    if device == "cuda" and not cuda_device_available():
-        raise GoalError("the goal asks for device = \"cuda\" but this host has no CUDA "
-                        "device (torch.cuda.is_available() is False); run it on a GPU host "
-                        "or set device = \"cpu\"")
+def say(line: str) -> None:
+    """A progress line on the console, as written (no markup, no highlighting)."""
+    console.print(line, highlight=False, markup=False)
 
 
-def evaluator_for(goal: Any, workdir: Path, store: Store, shapes: list[Any] | None = None) -> Any:
-    """An evaluator for ``goal`` whose corpus is the built-in cases plus the stored ones."""
-    from swarmfab.evaluation import Evaluator
-    from swarmfab.sandbox import Limits
-    from swarmfab.workloads import DTYPES, Tolerances, get_workload
+def execute_goal(goal: Any, store: Store, workdir: Path, resume: str | None,
+                 executor: Any = None, use_lessons: bool = True, started: float | None = None,
+                 out: Any = console) -> tuple[Any, Any]:
+    """:func:`swarmfab.swarm.launch.execute_goal` with its progress on ``out``: a live
+    panel on a terminal, plain lines on a pipe; the budget counts from ``started``, by
+    default the command's first instant."""
+    from swarmfab.report.progress import LiveProgress
+    from swarmfab.swarm.launch import execute_goal as launch
 
-    workload = get_workload(goal.workload)
-    corpus = [*workload.validation_cases(), *store.cases(goal.workload)]
-    defaults = workload.tolerances(DTYPES[goal.dtype])
-    tolerances = Tolerances(goal.tolerance.rms_ratio or defaults.rms_ratio,
-                            goal.tolerance.max_abs or defaults.max_abs_ratio)
-    return Evaluator(workload, shapes or goal.target_shapes(), workdir / "cache",
-                     threads=goal.threads, tolerances=tolerances,
-                     limits=Limits(wall_s=goal.eval_timeout_s), seed=goal.seed, cases=corpus,
-                     device=goal.device, dtype=goal.dtype)
+    options = {"executor": executor, "use_lessons": use_lessons,
+               "started": command_started() if started is None else started}
+    if out.is_terminal:
+        with LiveProgress(out) as live:
+            return launch(goal, store, workdir, resume, log=live.log, observer=live.update,
+                          **options)
+    return launch(goal, store, workdir, resume,
+                  log=lambda line: out.print(line, highlight=False), **options)

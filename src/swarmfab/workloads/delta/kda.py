@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from swarmfab.kernels import DesignSpace
 from swarmfab.workloads._base import Forward
-from swarmfab.workloads._delta import GatedDeltaRule
-from swarmfab.workloads._fla import FLA_BASELINES, fla_kda_baselines
+from swarmfab.workloads.delta.fla import FLA_BASELINES, fla_kda_baselines
+from swarmfab.workloads.delta.rule import GatedDeltaRule
 
 __all__ = ["KDA"]
 

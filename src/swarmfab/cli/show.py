@@ -1,4 +1,5 @@
-"""``swarmfab show`` and ``swarmfab report``: a stored run, at a glance or verdict by verdict."""
+"""``show``, ``report``, ``runs`` and ``export``: stored runs, at a glance, verdict by verdict,
+or as the champion's package."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from swarmfab._cli_common import DEFAULT_DB, DbOption, JsonOption, console, friendly
+from swarmfab.cli._common import DEFAULT_DB, DbOption, JsonOption, console, friendly
 
-__all__ = ["report", "show"]
+__all__ = ["export", "report", "runs", "show"]
 
 RunArgument = Annotated[str | None, typer.Argument(help="Run id or latest (default: latest).")]
 
@@ -222,3 +223,43 @@ def _seconds(value: Any) -> str:
         if value >= size and value % size == 0:
             return f"{value / size:g}{unit}"
     return f"{value:g}s"
+
+
+@friendly
+def export(
+    run_id: Annotated[str | None, typer.Argument(help="Run id or latest (default: latest).")
+                      ] = None,
+    out: Annotated[Path, typer.Option(help="Directory to write.")] = Path("champion"),
+    name: Annotated[str | None, typer.Option(
+        help="Python package name (default: WORKLOAD_champion).")] = None,
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Write a run's champion as an installable package with provenance and evidence (an
+    engine run's: its serving recipe)."""
+    from swarmfab.knowledge import Store
+    from swarmfab.report.export import export_champion
+
+    where = export_champion(Store(db), run_id, out, name)
+    if (where / "recipe.json").is_file():  # an engine run's recipe
+        console.print(f"engine recipe exported to {where}: `swarmfab serve MODEL --recipe "
+                      f"{where}`; evidence in EVIDENCE.md and provenance.json",
+                      highlight=False)
+        return
+    console.print(f"champion exported to {where}: `pip install {where}`, then import it; "
+                  "evidence in VERIFICATION.md and provenance.json")
+
+
+@friendly
+def runs(db: DbOption = DEFAULT_DB) -> None:
+    """List the runs in the store; a champion found stale by `refresh` is marked."""
+    from swarmfab.knowledge import Store
+    from swarmfab.knowledge.generations import Generations
+
+    store = Store(db)
+    generations = Generations(store)
+    for record in store.runs():
+        generation = generations.of(record.id)
+        mark = "" if generation.state == "unchecked" else f" {generation.state}"
+        mark += f" -> {generation.successor}" if generation.successor else ""
+        console.print(f"{record.id}  {record.workload:<8} {record.status:<12} "
+                      f"champion={record.champion_id}{mark}", highlight=False)

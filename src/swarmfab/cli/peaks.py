@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from swarmfab._cli_common import DEFAULT_DB, DbOption, JsonOption, console, friendly
+from swarmfab.cli._common import DEFAULT_DB, DbOption, JsonOption, console, friendly
 
 __all__ = ["peaks"]
 

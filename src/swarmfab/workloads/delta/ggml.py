@@ -17,7 +17,7 @@ the q/k head ``h % H`` where fla uses ``h // (HV/H)`` (q and k are repeated per 
 head when H < HV). Its result is one tensor: o, then the final states.
 
 Two ways to call it: :meth:`GatedDeltaNet.forward`, fla's signature (pools gathered and
-scattered around it by ``swarmfab.workloads._delta_pool``), and :class:`NativeStep`, the
+scattered around it by ``swarmfab.workloads.delta.pool``), and :class:`NativeStep`, the
 op as llama.cpp runs it: the state pool in ggml's layout, gathered (``ggml_get_rows``)
 and written back (``ggml_set_rows``) within the one graph a step computes.
 """
@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from swarmfab.workloads._delta_pool import checked_indices
+from swarmfab.workloads.delta.pool import checked_indices
 
 __all__ = ["ENV_VAR", "GatedDeltaNet", "GgmlUnavailable", "NativeStep", "available",
            "check_version", "describe"]
@@ -352,7 +352,7 @@ class GatedDeltaNet:
         beta: torch.Tensor, scale: float | None = None,
         initial_state: torch.Tensor | None = None, output_final_state: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """fla's forward (``_delta_pool.pooled`` gives it the pool keywords)."""
+        """fla's forward (``pool.pooled`` gives it the pool keywords)."""
         _check(q, k, v, g, beta, initial_state)
         batch, steps, heads, dim = q.shape
         value_heads = v.shape[2]

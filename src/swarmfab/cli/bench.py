@@ -10,17 +10,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from swarmfab._cli_candidate import candidate_from_file
-from swarmfab._cli_common import (
+from swarmfab.cli._common import (
     DEFAULT_DB,
     DbOption,
     JsonOption,
     console,
     errors,
-    evaluator_for,
     friendly,
     parse_shape,
-    require_device,
 )
 from swarmfab.errors import GoalError
 
@@ -60,9 +57,11 @@ def verify(
     import random
 
     from swarmfab.backends import cuda_device_available, get_backend
+    from swarmfab.backends.files import candidate_from_file
     from swarmfab.goal import default_goal
     from swarmfab.knowledge import Store
     from swarmfab.records import Status
+    from swarmfab.swarm.launch import evaluator_for
     from swarmfab.verify import draw_cases
 
     candidate = candidate_from_file(workload, file, backend)
@@ -154,6 +153,7 @@ def bench(
     from swarmfab.measure.timer import last_level_cache_bytes
     from swarmfab.report import bench_table
     from swarmfab.swarm.hosts import host_peaks
+    from swarmfab.swarm.launch import evaluator_for, require_device
     from swarmfab.workloads import get_workload
 
     goal = default_goal(workload).with_overrides(threads=threads, device=device, dtype=dtype)
@@ -257,6 +257,8 @@ def _bench_candidate(store: Store, workload: str, which: str, run_id: str | None
         if record.champion_id is None:
             raise StoreError(f"run {record.id} has no champion")
         return store.candidate(record.champion_id)
+    from swarmfab.backends.files import candidate_from_file
+
     return candidate_from_file(workload, Path(which), backend)
 
 
@@ -295,6 +297,7 @@ def bench_policy(
     from swarmfab.goal import default_goal
     from swarmfab.knowledge import Store
     from swarmfab.report import policy_table
+    from swarmfab.swarm.launch import evaluator_for
     from swarmfab.swarm.policy_bench import SpeedOracle, compare_policies, summary
     from swarmfab.workloads import design_space
 

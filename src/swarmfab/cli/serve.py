@@ -8,8 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from swarmfab._cli_candidate import candidate_from_file
-from swarmfab._cli_common import DEFAULT_DB, DbOption, console, friendly
+from swarmfab.cli._common import DEFAULT_DB, DbOption, console, friendly
 from swarmfab.errors import GoalError
 
 __all__ = ["dashboard", "loadgen", "serve"]
@@ -106,6 +105,7 @@ def serve(
 
 def _kda_slots(file: Path) -> Any:
     from swarmfab.backends import get_backend
+    from swarmfab.backends.files import candidate_from_file
     from swarmfab.engine.slots import KernelSlots
     from swarmfab.workloads import get_workload
 

@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from swarmfab._cli_common import (
+from swarmfab.cli._common import (
     DEFAULT_DB,
     DbOption,
     LlmApiKeyEnvOption,
     LlmBaseUrlOption,
     LlmModelOption,
     LlmProviderOption,
-    command_started,
     console,
     errors,
-    evaluator_for,
+    execute_goal,
     friendly,
-    require_device,
+    say,
 )
 from swarmfab.errors import ClusterError, GoalError
 
@@ -98,38 +96,6 @@ def check_ray_cluster(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) ->
     return resolved
 
 
-def _goal(target: str, budget: str | None, threads: int | None, seed: int | None,
-          max_evaluations: int | None, workers: int | None = None,
-          sizes: str = "auto") -> Any:
-    from swarmfab.goal import default_goal, load_goal
-
-    path = Path(target)
-    goal = load_goal(path) if path.suffix == ".toml" else default_goal(target)
-    goal = goal.with_overrides(budget=budget, threads=threads, seed=seed,
-                               max_evaluations=max_evaluations, workers=workers)
-    return sized_for_host(goal, sizes)
-
-
-def sized_for_host(goal: Any, sizes: str, out: Any = console) -> Any:
-    """A problem file's goal without [[sizes]]: with ``auto``, its sizes halved together
-    until the eager Model takes at most 0.1 s a call here (the sizes are written into
-    the goal, so a resume runs the same); ``as-is`` keeps the file's."""
-    if sizes not in ("auto", "as-is"):
-        raise GoalError(f"--sizes {sizes!r}: choose auto or as-is")
-    from swarmfab.workloads import get_workload
-    from swarmfab.workloads._problem import ProblemWorkload
-    from swarmfab.workloads._problem_sizes import fit_to_host
-
-    problem = get_workload(goal.workload)
-    if sizes == "as-is" or goal.sizes or goal.shapes or not isinstance(problem,
-                                                                       ProblemWorkload):
-        return goal
-    fitted = fit_to_host(problem, goal.threads)
-    out.print(f"{problem.path.name}: {fitted.describe(problem.sizes)} (--sizes as-is "
-              "keeps the file's)", highlight=False)
-    return goal.with_overrides(sizes=[dict(fitted.dims.sizes)])
-
-
 @friendly
 def run(
     target: Annotated[str, typer.Argument(
@@ -163,13 +129,16 @@ def run(
     from swarmfab.serving.goal import is_engine_goal
 
     if target.endswith(".toml") and is_engine_goal(Path(target)):
-        from swarmfab._cli_engine import run_engine
+        from swarmfab.cli.engine import run_engine
 
         run_engine(Path(target), budget=budget, db=Path(db), workdir=workdir, seed=seed,
                    threads=threads, max_evaluations=max_evaluations,
                    fail_if_no_champion=fail_if_no_champion, use_lessons=not no_lessons)
         return
-    goal = _goal(target, budget, threads, seed, max_evaluations, workers, sizes)
+    from swarmfab.swarm.launch import goal_from_target
+
+    goal = goal_from_target(target, say, sizes, budget=budget, threads=threads, seed=seed,
+                            max_evaluations=max_evaluations, workers=workers)
     llm = {"provider": llm_provider, "base_url": llm_base_url, "model": llm_model,
            "api_key_env": llm_api_key_env, "budget_usd": llm_budget_usd}
     kinds = [kind.strip() for kind in agents.split(",") if kind.strip()] if agents else None
@@ -204,7 +173,7 @@ def resume(
         errors.print(f"note: run {record.id} is marked running; if it is still alive elsewhere, "
                      "stop it first (this continues from what it recorded)", highlight=False)
     if record.workload == "engine":
-        from swarmfab._cli_engine import resume_engine
+        from swarmfab.cli.engine import resume_engine
 
         resume_engine(store, record.id, record.goal, budget=budget, workdir=workdir,
                       max_evaluations=max_evaluations,
@@ -214,15 +183,6 @@ def resume(
         budget=budget, max_evaluations=max_evaluations, workers=workers)
     _launch(goal, store, workdir, resume=record.id, executor=factory,
             use_lessons=not no_lessons, fail_if_no_champion=fail_if_no_champion)
-
-
-def _lesson_context(goal: Any, space: Any) -> Any:
-    """This goal's context for lessons and recall: workload, device class, shape classes."""
-    from swarmfab.knowledge import LessonContext
-    from swarmfab.swarm.hosts import host_record
-
-    labels = [shape.label for shape in goal.target_shapes()]
-    return LessonContext.of(goal.workload, host_record(goal.threads, space.backend), labels)
 
 
 def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
@@ -245,61 +205,6 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
         console.print(run_table(run_record.summary))
     console.print(f"champion {result.champion.id}: {result.champion.knobs}")
     console.print(f"champion source: {result.champion_dir}")
-
-
-def execute_goal(goal: Any, store: Store, workdir: Path, resume: str | None,
-                 executor: Any = None, use_lessons: bool = True,
-                 started: float | None = None, out: Any = console) -> tuple[Any, Any]:
-    """Run the swarm on ``goal`` (its budget counts from ``started``, by default the
-    command's first instant; its progress goes to ``out``); returns the RunResult and
-    the Run."""
-    from swarmfab.agents.builtin import (
-        RecallAgent,
-        RestartAgent,
-        StartingPointsAgent,
-        bandit_agents,
-    )
-    from swarmfab.report.progress import LiveProgress
-    from swarmfab.swarm import Run
-    from swarmfab.workloads import design_space
-
-    require_device(goal.device)
-    space = design_space(goal.workload, goal.device)
-    agents: list[Any] = []
-    reviewer = None
-    if "llm" in goal.agents:  # first: a bad key or model fails before any work is done
-        from swarmfab.agents.llm import llm_agents
-
-        agents, reviewer, _ = llm_agents(goal.llm)
-    builtin = "builtin" in goal.agents
-    context = _lesson_context(goal, space)
-    lessons = tuple(store.lessons_for(context)) if use_lessons else ()
-    recalled = store.recall(context) if use_lessons and builtin else []
-    if lessons or recalled:
-        helpful = sum(lesson.outcome == "helps" for lesson in lessons)
-        out.print(f"{len(lessons)} lesson(s) from earlier runs ({helpful} helpful moves), "
-                  f"{len(recalled)} champion setting(s) recalled; --no-lessons to ignore "
-                  "them", highlight=False)
-    if builtin:
-        agents += [RecallAgent(recalled)] if recalled else []  # first: start where others ended
-        agents += [StartingPointsAgent()] if space.starting else []  # then the space's own
-        agents += bandit_agents(space.knobs)  # they read the lessons in their context
-    evaluator = evaluator_for(goal, workdir, store)
-    made: list[Any] = []  # the Run, for what it learned when no champion came out
-
-    def execute(log: Callable[[str], None], observer: Callable[[Any], None] | None) -> Any:
-        made.append(Run(goal, store, evaluator, space, agents, workdir, log=log,
-                        fallback=RestartAgent() if builtin else None, observer=observer,
-                        reviewer=reviewer, executor=executor, lessons=lessons,
-                        started=command_started() if started is None else started))
-        return made[-1].execute(resume)
-
-    if out.is_terminal:  # a live panel; pipes and CI get plain lines
-        with LiveProgress(out) as live:
-            result = execute(live.log, live.update)
-    else:
-        result = execute(lambda line: out.print(line, highlight=False), None)
-    return result, made[-1]
 
 
 def _no_champion(result: Any, swarm: Any) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 from rich.table import Table
 
-from swarmfab._cli_common import DEFAULT_DB, DbOption, JsonOption, console, friendly, parse_shape
+from swarmfab.cli._common import DEFAULT_DB, DbOption, JsonOption, console, friendly, parse_shape
 from swarmfab.errors import GoalError, StoreError
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swarmfab.workloads._delta import GatedDeltaRule
+from swarmfab.workloads.delta.rule import GatedDeltaRule
 
 __all__ = ["GDN"]
 

@@ -16,7 +16,7 @@ from swarmfab.errors import WorkloadError
 from swarmfab.workloads._base import Case, Dims
 
 if TYPE_CHECKING:
-    from swarmfab.workloads._problem import ProblemWorkload
+    from swarmfab.workloads.problem.workload import ProblemWorkload
 
 __all__ = ["MIN_SIZE", "Fitted", "fit_to_host", "halved", "problem_sizes", "resized_source",
            "validation_cases"]

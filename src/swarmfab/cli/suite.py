@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from swarmfab._cli_common import (
+from swarmfab.cli._common import (
     DEFAULT_DB,
     DbOption,
     JsonOption,
@@ -26,9 +26,10 @@ from swarmfab._cli_common import (
     LlmProviderOption,
     console,
     errors,
+    execute_goal,
     friendly,
 )
-from swarmfab._cli_run import SizesOption, WorkdirOption, execute_goal, sized_for_host
+from swarmfab.cli.run import SizesOption, WorkdirOption
 from swarmfab.errors import GoalError, SwarmfabError
 
 __all__ = ["suite"]
@@ -108,8 +109,9 @@ def suite(
 def _score(goal: Any, path: Path, store: Any, workdir: Path, sizes: str,
            started: float, out: Any) -> Any:
     from swarmfab.report.scorecard import score_run
+    from swarmfab.swarm.launch import sized_for_host
 
-    goal = sized_for_host(goal, sizes, out)
+    goal = sized_for_host(goal, sizes, lambda line: out.print(line, highlight=False))
     result, swarm = execute_goal(goal, store, workdir, None, started=started, out=out)
     summary = store.run(result.run_id).summary
     calibration = swarm.calibration.seconds if swarm.calibration is not None else None

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from swarmfab._cli_common import command_started, console
+from swarmfab.cli._common import command_started, console
 
 __all__ = ["resume_engine", "run_engine"]
 

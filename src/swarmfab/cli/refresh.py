@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from swarmfab._cli_common import (
+from swarmfab.cli._common import (
     DEFAULT_DB,
     DbOption,
     JsonOption,
     command_started,
     console,
-    evaluator_for,
     friendly,
 )
 from swarmfab.errors import GoalError
@@ -50,6 +49,7 @@ def refresh(
     """
     from swarmfab.goal import parse_duration
     from swarmfab.knowledge import Store
+    from swarmfab.swarm.launch import evaluator_for
     from swarmfab.swarm.refresh import refresh_champions, to_check
 
     try:
@@ -75,7 +75,7 @@ def refresh(
 
 
 def _successor(store: Any, workdir: Path, max_evaluations: int | None, out: Any) -> Any:
-    from swarmfab._cli_run import execute_goal
+    from swarmfab.cli._common import execute_goal
 
     def start(goal: Any, seconds: float) -> tuple[str, str | None]:
         goal = goal.with_overrides(budget=seconds, max_evaluations=max_evaluations)
