@@ -14,16 +14,18 @@ from swarmfab.cli._common import command_started, console
 __all__ = ["resume_engine", "run_engine"]
 
 
-def run_engine(path: Path, *, budget: str | None, db: Path, workdir: Path,
+def run_engine(path: Path, *, budget: str | None, db: str, workdir: Path,
                seed: int | None, threads: int | None, max_evaluations: int | None,
                fail_if_no_champion: bool, use_lessons: bool = True) -> None:
     from swarmfab.knowledge import Store
     from swarmfab.serving.factory import run_engine_goal
     from swarmfab.serving.goal import load_engine_goal
 
+    # ``db`` as given: a SQLite path or a URL (a Path would turn postgresql:// into
+    # postgresql:/, a SQLite file of that name)
     goal = load_engine_goal(path, budget=budget, seed=seed, threads=threads,
                             max_evaluations=max_evaluations)
-    _finish(goal, lambda: run_engine_goal(goal, Store(str(db)), workdir, _print,
+    _finish(goal, lambda: run_engine_goal(goal, Store(db), workdir, _print,
                                           started=command_started(),
                                           use_lessons=use_lessons), fail_if_no_champion)
 

@@ -131,7 +131,7 @@ def run(
     if target.endswith(".toml") and is_engine_goal(Path(target)):
         from swarmfab.cli.engine import run_engine
 
-        run_engine(Path(target), budget=budget, db=Path(db), workdir=workdir, seed=seed,
+        run_engine(Path(target), budget=budget, db=db, workdir=workdir, seed=seed,
                    threads=threads, max_evaluations=max_evaluations,
                    fail_if_no_champion=fail_if_no_champion, use_lessons=not no_lessons)
         return

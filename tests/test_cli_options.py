@@ -1,0 +1,57 @@
+"""The command line keeps its word on its options: a store URL stays a URL on every path,
+the store can be named once in the environment, ``--version`` answers, and an option a
+goal would ignore is refused, saying why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from swarmfab.cli import app
+
+URL = "postgresql://fab:s3cret@db.example:5432/fab"
+ENGINE_GOAL = 'kind = "engine"\nmodel = "ckpt"\n'
+
+
+def invoke(*args: str | Path, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(app, [str(a) for a in args], env=env)
+
+
+class _Opened(Exception):
+    """Raised by the stand-in store: the command got as far as opening it."""
+
+
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What each store the command opens was given; opening one ends the command."""
+    from swarmfab import knowledge
+
+    given: list[Any] = []
+
+    def store(path_or_url: Any = None) -> None:
+        given.append(path_or_url)
+        raise _Opened
+
+    monkeypatch.setattr(knowledge, "Store", store)
+    return given
+
+
+@pytest.fixture
+def engine_goal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An engine goal file whose loading is stood in for (no checkpoint is read)."""
+    from swarmfab.serving import goal as engine_goals
+
+    path = tmp_path / "engine.toml"
+    path.write_text(ENGINE_GOAL)
+    monkeypatch.setattr(engine_goals, "load_engine_goal", lambda *_, **__: object())
+    return path
+
+
+def test_an_engine_goal_opens_a_url_store_as_the_url(engine_goal: Path,
+                                                     opened: list[Any]) -> None:
+    result = invoke("run", engine_goal, "--db", URL, "--workdir", engine_goal.parent)
+    assert isinstance(result.exception, _Opened), result.output
+    assert opened == [URL]  # not Path(URL): postgresql:/fab:... a SQLite file
