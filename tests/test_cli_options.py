@@ -55,3 +55,22 @@ def test_an_engine_goal_opens_a_url_store_as_the_url(engine_goal: Path,
     result = invoke("run", engine_goal, "--db", URL, "--workdir", engine_goal.parent)
     assert isinstance(result.exception, _Opened), result.output
     assert opened == [URL]  # not Path(URL): postgresql:/fab:... a SQLite file
+
+
+def test_swarmfab_db_names_the_store_and_db_overrides_it(tmp_path: Path) -> None:
+    named = tmp_path / "named.db"
+    result = invoke("runs", env={"SWARMFAB_DB": str(named)})
+    assert result.exit_code == 0, result.output
+    assert named.exists()
+    given = tmp_path / "given.db"
+    result = invoke("runs", "--db", given, env={"SWARMFAB_DB": str(tmp_path / "other.db")})
+    assert result.exit_code == 0, result.output
+    assert given.exists() and not (tmp_path / "other.db").exists()
+    assert "SWARMFAB_DB" in invoke("show", "--help").output
+
+
+def test_swarmfab_db_reaches_an_engine_goal_too(engine_goal: Path, opened: list[Any]) -> None:
+    result = invoke("run", engine_goal, "--workdir", engine_goal.parent,
+                    env={"SWARMFAB_DB": URL})
+    assert isinstance(result.exception, _Opened), result.output
+    assert opened == [URL]

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from swarmfab.knowledge import Store
     from swarmfab.workloads import Shape
 
-__all__ = ["DEFAULT_DB", "STARTED", "DbOption", "JsonOption", "LlmApiKeyEnvOption",
+__all__ = ["DB_ENV", "DEFAULT_DB", "STARTED", "DbOption", "JsonOption", "LlmApiKeyEnvOption",
            "LlmBaseUrlOption", "LlmModelOption", "LlmProviderOption", "command_started",
            "console", "errors", "execute_goal", "friendly", "parse_shape", "say"]
 
@@ -38,7 +38,11 @@ console = Console(soft_wrap=True, width=_WIDTH)
 errors = Console(stderr=True, soft_wrap=True, width=_WIDTH)
 F = TypeVar("F", bound=Callable[..., Any])
 
-DbOption = Annotated[str, typer.Option("--db", help="SQLite path or SQLAlchemy URL of the store.")]
+# SWARMFAB_DB names the store once (a PostgreSQL URL with its password stays off command
+# lines); --db given on the command line wins over it
+DB_ENV = "SWARMFAB_DB"
+DbOption = Annotated[str, typer.Option(
+    "--db", envvar=DB_ENV, help="SQLite path or SQLAlchemy URL of the store.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 # where LLM agents get their model (run, suite): each overrides the goal's [llm] table
 LlmProviderOption = Annotated[str | None, typer.Option(
