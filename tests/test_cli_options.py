@@ -74,3 +74,11 @@ def test_swarmfab_db_reaches_an_engine_goal_too(engine_goal: Path, opened: list[
                     env={"SWARMFAB_DB": URL})
     assert isinstance(result.exception, _Opened), result.output
     assert opened == [URL]
+
+
+def test_version_answers_with_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    result = invoke("--version")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"swarmfab {version('swarmfab')}"

@@ -11,6 +11,8 @@ torch, pydantic or the store only inside the commands that need them, so
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from swarmfab.cli._common import STARTED
@@ -33,6 +35,28 @@ app = typer.Typer(
     name="swarmfab", no_args_is_help=True, add_completion=False,
     help="A self-improving factory for verified AI inference kernels.",
 )
+
+
+def _print_version(asked: bool) -> None:
+    if not asked:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("swarmfab")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from swarmfab import __version__ as installed
+    typer.echo(f"swarmfab {installed}")
+    raise typer.Exit()
+
+
+@app.callback()
+def main(
+    show_version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print the installed version and exit.")] = False,
+) -> None:
+    """A self-improving factory for verified AI inference kernels."""
 
 
 app.command()(lessons)
