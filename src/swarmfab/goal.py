@@ -107,8 +107,11 @@ class LLMSettings(_Strict):
     api_key_env: str | None = None  # None: OPENAI_API_KEY or ANTHROPIC_API_KEY
     roles: Annotated[list[LLMRole], Field(min_length=1)] = [
         "vectorisation", "algorithm", "memory-layout"]
-    budget_usd: Annotated[float, Field(ge=0)] = 1.0
-    budget_tokens: Annotated[int | None, Field(ge=1)] = None
+    # USD the agents may spend; None: DEFAULT_BUDGET_USD where the price is known. A
+    # budget given for a model whose price is not known (nor given below) is refused when
+    # the agents are built: it could not be enforced
+    budget_usd: Annotated[float | None, Field(ge=0)] = None
+    budget_tokens: Annotated[int | None, Field(ge=1)] = None  # input and output together
     # USD per million tokens; None: the built-in price of well-known models, else unknown
     price_input: Annotated[float | None, Field(ge=0)] = None
     price_output: Annotated[float | None, Field(ge=0)] = None
@@ -135,6 +138,13 @@ class LLMSettings(_Strict):
             raise ValueError("must start with http:// or https://, e.g. "
                              "http://127.0.0.1:8000/v1")
         return url
+
+    @model_validator(mode="after")
+    def _both_prices(self) -> LLMSettings:
+        if (self.price_input is None) != (self.price_output is None):
+            raise ValueError("give both prices, price_input and price_output (USD per "
+                             "million tokens; --llm-price-input and --llm-price-output)")
+        return self
 
     def key_variable(self) -> str:
         """The environment variable the API key is read from."""

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from swarmfab.workloads import Shape
 
 __all__ = ["DB_ENV", "DEFAULT_DB", "STARTED", "DbOption", "JsonOption", "LlmApiKeyEnvOption",
-           "LlmBaseUrlOption", "LlmModelOption", "LlmProviderOption", "command_started",
+           "LlmBaseUrlOption", "LlmBudgetTokensOption", "LlmBudgetUsdOption",
+           "LlmModelOption", "LlmPriceInputOption", "LlmPriceOutputOption",
+           "LlmProviderOption", "command_started",
            "console", "errors", "execute_goal", "friendly", "parse_shape", "say"]
 
 # the store's default path (swarmfab.knowledge.DEFAULT_DB, which imports SQLAlchemy)
@@ -53,6 +55,17 @@ LlmModelOption = Annotated[str | None, typer.Option(help="Model name the endpoin
 LlmApiKeyEnvOption = Annotated[str | None, typer.Option(
     help="Environment variable holding the API key (default OPENAI_API_KEY or "
          "ANTHROPIC_API_KEY).")]
+LlmBudgetUsdOption = Annotated[float | None, typer.Option(
+    help="Spend after which the LLM agents stop (the run goes on); default $1 for a model "
+         "whose price is known. A model not in the price table needs --llm-price-input "
+         "and --llm-price-output for it.")]
+LlmBudgetTokensOption = Annotated[int | None, typer.Option(
+    help="Input and output tokens after which the LLM agents stop (any model).")]
+LlmPriceInputOption = Annotated[float | None, typer.Option(
+    help="The model's price in USD per million input tokens (for a model not in the "
+         "price table).")]
+LlmPriceOutputOption = Annotated[float | None, typer.Option(
+    help="The model's price in USD per million output tokens.")]
 
 # A command that starts within this long of the import is the process's own command: its
 # start-up (interpreter, imports) counts. One started later in a process that imported

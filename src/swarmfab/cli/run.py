@@ -13,7 +13,11 @@ from swarmfab.cli._common import (
     DbOption,
     LlmApiKeyEnvOption,
     LlmBaseUrlOption,
+    LlmBudgetTokensOption,
+    LlmBudgetUsdOption,
     LlmModelOption,
+    LlmPriceInputOption,
+    LlmPriceOutputOption,
     LlmProviderOption,
     console,
     errors,
@@ -116,8 +120,10 @@ def run(
     llm_base_url: LlmBaseUrlOption = None,
     llm_model: LlmModelOption = None,
     llm_api_key_env: LlmApiKeyEnvOption = None,
-    llm_budget_usd: Annotated[float | None, typer.Option(
-        help="Spend after which the LLM agents stop (the run goes on).")] = None,
+    llm_budget_usd: LlmBudgetUsdOption = None,
+    llm_budget_tokens: LlmBudgetTokensOption = None,
+    llm_price_input: LlmPriceInputOption = None,
+    llm_price_output: LlmPriceOutputOption = None,
     no_lessons: NoLessonsOption = False,
     fail_if_no_champion: FailIfNoChampionOption = False,
     sizes: SizesOption = "auto",
@@ -140,7 +146,9 @@ def run(
     goal = goal_from_target(target, say, sizes, budget=budget, threads=threads, seed=seed,
                             max_evaluations=max_evaluations, workers=workers)
     llm = {"provider": llm_provider, "base_url": llm_base_url, "model": llm_model,
-           "api_key_env": llm_api_key_env, "budget_usd": llm_budget_usd}
+           "api_key_env": llm_api_key_env, "budget_usd": llm_budget_usd,
+           "budget_tokens": llm_budget_tokens, "price_input": llm_price_input,
+           "price_output": llm_price_output}
     kinds = [kind.strip() for kind in agents.split(",") if kind.strip()] if agents else None
     goal = goal.with_overrides(agents=kinds, llm=llm)
     factory = _executor_factory(executor, address)

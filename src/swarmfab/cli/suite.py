@@ -22,7 +22,11 @@ from swarmfab.cli._common import (
     JsonOption,
     LlmApiKeyEnvOption,
     LlmBaseUrlOption,
+    LlmBudgetTokensOption,
+    LlmBudgetUsdOption,
     LlmModelOption,
+    LlmPriceInputOption,
+    LlmPriceOutputOption,
     LlmProviderOption,
     console,
     errors,
@@ -54,6 +58,10 @@ def suite(
     llm_base_url: LlmBaseUrlOption = None,
     llm_model: LlmModelOption = None,
     llm_api_key_env: LlmApiKeyEnvOption = None,
+    llm_budget_usd: LlmBudgetUsdOption = None,
+    llm_budget_tokens: LlmBudgetTokensOption = None,
+    llm_price_input: LlmPriceInputOption = None,
+    llm_price_output: LlmPriceOutputOption = None,
     sizes: SizesOption = "auto",
     goal_file: Annotated[Path | None, typer.Option(
         "--goal", help="A goal TOML whose settings (agents, [llm], tolerance, threads...) "
@@ -77,7 +85,9 @@ def suite(
     store = Store(db)
     kinds = [kind.strip() for kind in agents.split(",") if kind.strip()] if agents else None
     llm = {"provider": llm_provider, "base_url": llm_base_url, "model": llm_model,
-           "api_key_env": llm_api_key_env}
+           "api_key_env": llm_api_key_env, "budget_usd": llm_budget_usd,
+           "budget_tokens": llm_budget_tokens, "price_input": llm_price_input,
+           "price_output": llm_price_output}  # each run's own budget
     out = errors if as_json else console  # with --json, stdout carries the JSON alone
     scores = []
     try:

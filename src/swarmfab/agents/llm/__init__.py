@@ -17,7 +17,7 @@ from swarmfab.agents.llm.providers import (
     make_provider,
 )
 from swarmfab.agents.llm.reviewer import Review, Reviewer
-from swarmfab.agents.llm.spend import Pricing, Spend
+from swarmfab.agents.llm.spend import Pricing, Spend, usd_budget
 from swarmfab.goal import LLMSettings
 
 __all__ = [
@@ -38,9 +38,11 @@ __all__ = [
 
 def llm_agents(settings: LLMSettings, provider: Provider | None = None
                ) -> tuple[list[LLMAgent], Reviewer | None, Spend]:
-    """One agent per role of ``settings``, the reviewer if asked for, and their ledger."""
+    """One agent per role of ``settings``, the reviewer if asked for, and their ledger
+    (a GoalError first where the dollar budget could not be enforced)."""
+    pricing = Pricing.of(settings)
+    spend = Spend(pricing, usd_budget(settings, pricing), settings.budget_tokens)
     provider = provider or make_provider(settings)
-    spend = Spend(Pricing.of(settings), settings.budget_usd, settings.budget_tokens)
     agents = [LLMAgent(f"llm-{role}", role, provider, spend, settings)
               for role in settings.roles]
     reviewer = Reviewer(provider, spend, settings) if settings.review else None

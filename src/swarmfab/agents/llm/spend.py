@@ -3,7 +3,8 @@
 Cost is only claimed where the price is known: the goal's own prices, or the list
 prices of a few well-known models below. For any other model (a local vLLM server,
 say) the cost is reported as unknown rather than zero, and only the token budget, if
-any, can stop the agents.
+any, can stop the agents; a dollar budget asked for such a model is refused before the
+run starts (:func:`usd_budget`), since nothing could hold it.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from swarmfab.agents.llm.providers import Completion
+from swarmfab.errors import GoalError
 from swarmfab.goal import LLMSettings
 
-__all__ = ["KNOWN_PRICES", "Pricing", "Spend"]
+__all__ = ["DEFAULT_BUDGET_USD", "KNOWN_PRICES", "Pricing", "Spend", "usd_budget"]
+
+DEFAULT_BUDGET_USD = 1.0  # a priced model's budget where the goal names none
 
 # USD per million (input, output) tokens, list prices; a model name matches by prefix.
 KNOWN_PRICES: dict[str, tuple[float, float]] = {
@@ -56,12 +60,29 @@ class Pricing:
         return Pricing(None, None)
 
 
+def usd_budget(settings: LLMSettings, pricing: Pricing) -> float | None:
+    """The dollar budget the agents are held to: the goal's, else DEFAULT_BUDGET_USD for
+    a priced model, else none (an unpriced model without a budget asked for). A budget
+    asked for a model whose price is unknown is a GoalError naming what to pass."""
+    if pricing.known:
+        return DEFAULT_BUDGET_USD if settings.budget_usd is None else settings.budget_usd
+    if settings.budget_usd is None:
+        return None
+    where = f" at {settings.base_url}" if settings.base_url else ""
+    raise GoalError(
+        f"a budget of ${settings.budget_usd:g} cannot be enforced: the price of model "
+        f"{settings.model!r}{where} is unknown. Give it with --llm-price-input and "
+        "--llm-price-output (USD per million tokens; goal keys llm.price_input and "
+        "llm.price_output), or cap tokens instead with --llm-budget-tokens N "
+        "(llm.budget_tokens) and no --llm-budget-usd")
+
+
 @dataclass(slots=True)
 class Spend:
     """What the LLM agents of one run have used so far, against their budget."""
 
     pricing: Pricing
-    budget_usd: float
+    budget_usd: float | None  # None: no dollar budget (the price is unknown)
     budget_tokens: int | None = None
     calls: int = 0
     failures: int = 0
@@ -84,7 +105,8 @@ class Spend:
 
     def exhausted(self) -> str | None:
         """Why no more calls may be made, or None while budget remains."""
-        if self.pricing.known and self.cost_usd >= self.budget_usd:
+        if self.pricing.known and self.budget_usd is not None \
+                and self.cost_usd >= self.budget_usd:
             return f"spent ${self.cost_usd:.4f} of the ${self.budget_usd:.2f} budget"
         tokens = self.input_tokens + self.output_tokens
         if self.budget_tokens is not None and tokens >= self.budget_tokens:
