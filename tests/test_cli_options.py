@@ -82,3 +82,42 @@ def test_version_answers_with_the_installed_version() -> None:
     result = invoke("--version")
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"swarmfab {version('swarmfab')}"
+
+
+def test_options_an_engine_goal_ignores_are_refused_saying_why(engine_goal: Path,
+                                                               opened: list[Any]) -> None:
+    result = invoke("run", engine_goal, "--workers", "2", "--agents", "llm",
+                    "--llm-model", "m", "--db", engine_goal.parent / "x.db")
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert 'not for an engine goal (kind = "engine")' in said
+    assert "--workers (the engine factory measures one recipe at a time" in said
+    assert "--agents (engine recipes are proposed by the factory's own" in said
+    assert "--llm-model" in said and "leave them out" in said
+    assert opened == []  # refused before the store was opened
+
+
+def test_resuming_an_engine_run_refuses_what_it_would_ignore(tmp_path: Path) -> None:
+    from swarmfab.knowledge import Store
+
+    db = tmp_path / "x.db"
+    Store(db).start_run("engine", {"kind": "engine", "model": "ckpt"}, {})
+    result = invoke("resume", "latest", "--executor", "ray", "--db", db)
+    assert result.exit_code == 2, result.output
+    assert "--executor (engine recipes are measured on this host only)" in result.output
+
+
+def test_an_address_without_ray_and_llm_options_without_llm_agents_are_refused(
+    tmp_path: Path,
+) -> None:
+    where = ("--db", tmp_path / "x.db", "--workdir", tmp_path / "wd")
+    result = invoke("run", "kda", "--address", "10.0.0.1:6379", *where)
+    assert result.exit_code == 2, result.output
+    assert "--address 10.0.0.1:6379: a Ray cluster's address, for --executor ray" in (
+        " ".join(result.output.split()))
+    result = invoke("run", "kda", "--llm-model", "m", "--llm-budget-tokens", "10", *where)
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "--llm-model, --llm-budget-tokens apply to LLM agents" in said
+    assert "add --agents llm,builtin" in said
+    assert not (tmp_path / "wd").exists()

@@ -32,7 +32,7 @@ def run_engine(path: Path, *, budget: str | None, db: str, workdir: Path,
 
 def resume_engine(store: Any, run_id: str, recorded: dict[str, Any], *, budget: str | None,
                   workdir: Path, max_evaluations: int | None,
-                  fail_if_no_champion: bool) -> None:
+                  fail_if_no_champion: bool, use_lessons: bool = True) -> None:
     """Continue a stopped engine run with the goal it recorded (``budget`` and
     ``max_evaluations`` given here replace the recorded ones for this session)."""
     from swarmfab.serving.factory import run_engine_goal
@@ -42,7 +42,8 @@ def resume_engine(store: Any, run_id: str, recorded: dict[str, Any], *, budget: 
     goal = validate_engine_goal({**recorded, **{k: v for k, v in changes.items()
                                                 if v is not None}}, f"run {run_id}")
     _finish(goal, lambda: run_engine_goal(goal, store, workdir, _print,
-                                          started=command_started(), resume=run_id),
+                                          started=command_started(), resume=run_id,
+                                          use_lessons=use_lessons),
             fail_if_no_champion)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -30,7 +31,8 @@ from swarmfab.errors import ClusterError, GoalError
 if TYPE_CHECKING:
     from swarmfab.knowledge import Store
 
-__all__ = ["check_ray_cluster", "resume", "run"]
+__all__ = ["check_ray_cluster", "refuse_for_engine", "refuse_llm_without_agents", "resume",
+           "run"]
 
 RAY_CONNECT_TIMEOUT_S = 3.0
 RAY_HELP = ("start one with `ray start --head` (and `ray start --address HEAD:6379` on the "
@@ -54,11 +56,50 @@ SizesOption = Annotated[str, typer.Option(
          "most 0.1 s a call here) or as-is.")]
 
 
+# what an engine goal (kind = "engine") has no use for, and why
+_ENGINE_IGNORES = {
+    "--workers": "the engine factory measures one recipe at a time, on a machine doing "
+                 "nothing else",
+    "--executor": "engine recipes are measured on this host only",
+    "--address": "engine recipes are measured on this host only",
+    "--agents": "engine recipes are proposed by the factory's own built-in agents",
+    "--llm-*": "engine recipes are proposed by the factory's own built-in agents",
+    "--sizes": "sizes are a problem file's; an engine goal's traffic sets its load",
+}
+
+
+def _flag(llm_key: str) -> str:
+    return "--llm-" + llm_key.replace("_", "-")
+
+
+def refuse_for_engine(given: dict[str, bool]) -> None:
+    """A GoalError naming each option given that an engine goal would ignore, and why."""
+    named = [flag for flag, was_given in given.items() if was_given]
+    if not named:
+        return
+    reasons = [f"{flag} ({_ENGINE_IGNORES['--llm-*' if flag.startswith('--llm-') else flag]})"
+               for flag in named]
+    raise GoalError('not for an engine goal (kind = "engine"): ' + "; ".join(reasons)
+                    + "; leave " + ("it" if len(named) == 1 else "them") + " out")
+
+
+def refuse_llm_without_agents(llm: Mapping[str, object], agents: Sequence[str]) -> None:
+    """--llm-* options given to a run without LLM agents would be ignored: refused."""
+    named = [_flag(key) for key, value in llm.items() if value is not None]
+    if named and "llm" not in agents:
+        raise GoalError(f"{', '.join(named)} apply to LLM agents, and this run has none "
+                        f"(agents: {', '.join(agents)}); add --agents llm,builtin or leave "
+                        + ("it" if len(named) == 1 else "them") + " out")
+
+
 def _executor_factory(executor: str, address: str) -> Any:
     """The run's executor factory; None means the default local pool. A Ray cluster is
     checked here, before any work: a run must not time its baselines and then find no
     cluster."""
     if executor == "local":
+        if address != "auto":
+            raise GoalError(f"--address {address}: a Ray cluster's address, for --executor "
+                            "ray; this run evaluates on this host (--executor local)")
         return None
     if executor != "ray":
         raise GoalError(f"--executor {executor!r}: choose local or ray")
@@ -134,24 +175,30 @@ def run(
     from swarmfab.knowledge import Store
     from swarmfab.serving.goal import is_engine_goal
 
-    if target.endswith(".toml") and is_engine_goal(Path(target)):
-        from swarmfab.cli.engine import run_engine
-
-        run_engine(Path(target), budget=budget, db=db, workdir=workdir, seed=seed,
-                   threads=threads, max_evaluations=max_evaluations,
-                   fail_if_no_champion=fail_if_no_champion, use_lessons=not no_lessons)
-        return
-    from swarmfab.swarm.launch import goal_from_target
-
-    goal = goal_from_target(target, say, sizes, budget=budget, threads=threads, seed=seed,
-                            max_evaluations=max_evaluations, workers=workers)
     llm = {"provider": llm_provider, "base_url": llm_base_url, "model": llm_model,
            "api_key_env": llm_api_key_env, "budget_usd": llm_budget_usd,
            "budget_tokens": llm_budget_tokens, "price_input": llm_price_input,
            "price_output": llm_price_output}
+    if target.endswith(".toml") and is_engine_goal(Path(target)):
+        from swarmfab.cli.engine import run_engine
+
+        refuse_for_engine({"--workers": workers is not None, "--executor": executor != "local",
+                           "--address": address != "auto", "--agents": agents is not None,
+                           "--sizes": sizes != "auto",
+                           **{_flag(key): value is not None for key, value in llm.items()}})
+        run_engine(Path(target), budget=budget, db=db, workdir=workdir, seed=seed,
+                   threads=threads, max_evaluations=max_evaluations,
+                   fail_if_no_champion=fail_if_no_champion, use_lessons=not no_lessons)
+        return
+    from swarmfab.swarm.launch import goal_from_target, sized_for_host
+
     kinds = [kind.strip() for kind in agents.split(",") if kind.strip()] if agents else None
-    goal = goal.with_overrides(agents=kinds, llm=llm)
+    goal = goal_from_target(target, say, "as-is", budget=budget, threads=threads, seed=seed,
+                            max_evaluations=max_evaluations, workers=workers, agents=kinds,
+                            llm=llm)
+    refuse_llm_without_agents(llm, goal.agents)  # all checked before a problem is sized
     factory = _executor_factory(executor, address)
+    goal = sized_for_host(goal, sizes, say)
     _launch(goal, Store(db), workdir, resume=None, executor=factory,
             use_lessons=not no_lessons, fail_if_no_champion=fail_if_no_champion)
 
@@ -174,7 +221,6 @@ def resume(
     from swarmfab.goal import Goal
     from swarmfab.knowledge import Store
 
-    factory = _executor_factory(executor, address)
     store = Store(db)
     record = store.run(run_id)
     if record.status == "running":
@@ -183,10 +229,13 @@ def resume(
     if record.workload == "engine":
         from swarmfab.cli.engine import resume_engine
 
+        refuse_for_engine({"--workers": workers is not None, "--executor": executor != "local",
+                           "--address": address != "auto"})
         resume_engine(store, record.id, record.goal, budget=budget, workdir=workdir,
                       max_evaluations=max_evaluations,
-                      fail_if_no_champion=fail_if_no_champion)
+                      fail_if_no_champion=fail_if_no_champion, use_lessons=not no_lessons)
         return
+    factory = _executor_factory(executor, address)
     goal = Goal.model_validate(record.goal).with_overrides(
         budget=budget, max_evaluations=max_evaluations, workers=workers)
     _launch(goal, store, workdir, resume=record.id, executor=factory,
