@@ -4,9 +4,10 @@ validation case or this host runs it at (see ``_problem.py``)."""
 from __future__ import annotations
 
 import ast
+import operator
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,13 +29,49 @@ MIN_SIZE = 8  # module-level integers below this are axes, kernel sizes, strides
 class _SizeSite:
     name: str
     value: int
-    line: int  # 1-based
-    start: int  # column of the literal
+    line: int  # 1-based, where the value's expression starts
+    start: int  # its column (UTF-8 bytes)
+    end_line: int  # where it ends
     end: int
 
 
+# the operators a size's constant expression may use (``N = 2048 * 2``, ``M = 2**12 + 1``)
+_OPERATORS: dict[type[ast.operator], Callable[[int, int], int]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+}
+_MAX_EXPONENT = 64  # of ** and <<: a size, not a number that takes a while to compute
+_MAX_INT = 2**63
+
+
+def _constant_int(node: ast.expr) -> int | None:
+    """The value of an integer expression made of literals and + - * // % ** <<, or None
+    (a name, a call, a float, a division by zero...): evaluated on the tree, never run."""
+    if isinstance(node, ast.Constant):
+        return node.value if type(node.value) is int else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd | ast.USub):
+        value = _constant_int(node.operand)
+        return None if value is None else (-value if isinstance(node.op, ast.USub) else value)
+    if not (isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS):
+        return None
+    left, right = _constant_int(node.left), _constant_int(node.right)
+    if left is None or right is None:
+        return None
+    if isinstance(node.op, ast.Pow | ast.LShift) and not 0 <= right <= _MAX_EXPONENT:
+        return None
+    if isinstance(node.op, ast.FloorDiv | ast.Mod) and right == 0:
+        return None
+    if isinstance(node.op, ast.Pow) and abs(left) > _MAX_INT:
+        return None
+    value = _OPERATORS[type(node.op)](left, right)
+    return value if abs(value) <= _MAX_INT else None
+
+
 def _size_sites(source: str) -> list[_SizeSite]:
-    """Module-level ``name = <int literal>`` assignments of at least MIN_SIZE."""
+    """Module-level ``name = <constant integer expression>`` assignments of at least
+    MIN_SIZE: a literal (``N = 4096``) or literals combined (``N = 2048 * 2``); an
+    expression naming another size (``out = 2 * N``) is derived from it, not a size."""
     sites = []
     for node in ast.parse(source).body:
         target: ast.expr | None = None
@@ -43,14 +80,15 @@ def _size_sites(source: str) -> list[_SizeSite]:
         elif isinstance(node, ast.AnnAssign):
             target = node.target
         value = getattr(node, "value", None)
-        if not (isinstance(target, ast.Name) and isinstance(value, ast.Constant)):
+        if not (isinstance(target, ast.Name) and isinstance(value, ast.expr)):
             continue
-        if type(value.value) is not int or value.value < MIN_SIZE:
+        number = _constant_int(value)
+        if number is None or number < MIN_SIZE:
             continue
-        if value.lineno != value.end_lineno or value.end_col_offset is None:
+        if value.end_lineno is None or value.end_col_offset is None:
             continue
-        sites.append(_SizeSite(target.id, value.value, value.lineno, value.col_offset,
-                               value.end_col_offset))
+        sites.append(_SizeSite(target.id, number, value.lineno, value.col_offset,
+                               value.end_lineno, value.end_col_offset))
     return sites
 
 
@@ -60,30 +98,35 @@ def problem_sizes(source: str) -> dict[str, int]:
 
 
 def resized_source(source: str, sizes: Mapping[str, int]) -> str:
-    """``source`` with its size literals replaced by ``sizes`` (names it does not have
-    are an error; names left out keep their value)."""
+    """``source`` with its sizes replaced by ``sizes``, each site's whole expression by
+    the new literal (names it does not have are an error; names left out keep their
+    value and their expression)."""
     sites = {site.name: site for site in _size_sites(source)}
     unknown = sorted(set(sizes) - set(sites))
     if unknown:
         raise WorkloadError(f"unknown size(s) {', '.join(unknown)}; the file's sizes are "
                             f"{', '.join(sites) or 'none'}")
-    lines = source.splitlines(keepends=True)
-    for name, size in sizes.items():
-        site = sites[name]
-        line = lines[site.line - 1]
-        encoded = line.encode()  # ast columns are UTF-8 byte offsets
-        lines[site.line - 1] = (encoded[:site.start] + str(int(size)).encode()
-                                + encoded[site.end:]).decode()
-    return "".join(lines)
+    encoded = source.encode()  # ast columns are UTF-8 byte offsets
+    starts = [0]  # each line's first byte
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line.encode()))
+    spans = sorted(((starts[site.line - 1] + site.start, starts[site.end_line - 1] + site.end,
+                     int(size)) for name, size in sizes.items() for site in (sites[name],)),
+                   reverse=True)  # from the end, so earlier offsets stay valid
+    for begin, end, size in spans:
+        encoded = encoded[:begin] + str(size).encode() + encoded[end:]
+    return encoded.decode()
 
 
 def halved(sizes: Mapping[str, int], times: int = 1) -> dict[str, int] | None:
-    """Every size divided by 2**times, or None when one would not stay an integer of at
-    least MIN_SIZE (dividing all by the same power of two keeps ratios and divisibility)."""
+    """Every size divided by 2**times, rounded to the nearest integer (4095 halves to
+    2048: exact where a size divides, so ratios and divisibility hold as far as the file's
+    sizes had them), or None when one would fall under MIN_SIZE."""
     divisor = 2 ** times
-    if any(size % divisor or size // divisor < MIN_SIZE for size in sizes.values()):
+    smaller = {name: (size + divisor // 2) // divisor for name, size in sizes.items()}
+    if any(size < MIN_SIZE for size in smaller.values()):
         return None
-    return {name: size // divisor for name, size in sizes.items()}
+    return smaller
 
 
 # -- validation cases ------------------------------------------------------------------
