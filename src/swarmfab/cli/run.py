@@ -52,8 +52,9 @@ FailIfNoChampionOption = Annotated[bool, typer.Option(
          "answer, exit 0).")]
 WorkdirOption = Annotated[Path, typer.Option(help="Build cache and champions.")]
 SizesOption = Annotated[str, typer.Option(
-    help="A problem file's sizes: auto (halved together until the eager Model takes at "
-         "most 0.1 s a call here) or as-is.")]
+    help="A problem file's sizes: auto (halved together until they fit half this host's "
+         "memory and the eager Model takes at most 0.1 s a call here) or as-is (refused "
+         "if they cannot fit).")]
 
 
 # what an engine goal (kind = "engine") has no use for, and why
@@ -190,12 +191,11 @@ def run(
                    threads=threads, max_evaluations=max_evaluations,
                    fail_if_no_champion=fail_if_no_champion, use_lessons=not no_lessons)
         return
-    from swarmfab.swarm.launch import goal_from_target, sized_for_host
+    from swarmfab.swarm.launch import load_target, sized_for_host
 
     kinds = [kind.strip() for kind in agents.split(",") if kind.strip()] if agents else None
-    goal = goal_from_target(target, say, "as-is", budget=budget, threads=threads, seed=seed,
-                            max_evaluations=max_evaluations, workers=workers, agents=kinds,
-                            llm=llm)
+    goal = load_target(target, budget=budget, threads=threads, seed=seed,
+                       max_evaluations=max_evaluations, workers=workers, agents=kinds, llm=llm)
     refuse_llm_without_agents(llm, goal.agents)  # all checked before a problem is sized
     factory = _executor_factory(executor, address)
     goal = sized_for_host(goal, sizes, say)

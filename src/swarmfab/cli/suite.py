@@ -1,9 +1,12 @@
 """``swarmfab suite DIR``: every problem file of a directory, one run each, one scorecard.
 
 Each problem gets its own budget, counted from the moment its turn starts (loading and
-sizing included), and its own run in the store. A problem that fails to load or whose
-run fails is reported as such and the suite goes on; Ctrl-C ends the suite with the
-scorecard of the problems already done.
+sizing included), and its own run in the store. A problem that fails to load, does not
+fit this host's memory, or whose run fails for any reason is a row with its reason, and
+the suite goes on; Ctrl-C ends the suite with the scorecard of the problems already
+done. Each problem's score is kept with its run as soon as it is done, so ``--resume``
+on the same store skips the problems finished before (a suite stopped by anything,
+even the kernel's out-of-memory killer, loses only the problem it was on).
 """
 
 from __future__ import annotations
@@ -69,12 +72,22 @@ def suite(
     only: Annotated[str | None, typer.Option(
         help="Only problems whose file name contains this text.")] = None,
     as_json: JsonOption = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Keep the scores of problems a suite already finished in this "
+                         "store (their latest finished run); run only the others.")] = False,
 ) -> None:
     """Run every problem file in DIR and print the scorecard: correctness, speedup over
     eager and over torch.compile, fast_p."""
     from swarmfab.goal import default_goal, load_goal
     from swarmfab.knowledge import Store
-    from swarmfab.report.scorecard import Scorecard, scorecard_table, summary_line
+    from swarmfab.report.scorecard import (
+        ProblemScore,
+        Scorecard,
+        record_score,
+        recorded_scores,
+        scorecard_table,
+        summary_line,
+    )
 
     if not directory.is_dir():
         raise GoalError(f"{directory} is not a directory of problem files")
@@ -89,10 +102,16 @@ def suite(
            "budget_tokens": llm_budget_tokens, "price_input": llm_price_input,
            "price_output": llm_price_output}  # each run's own budget
     out = errors if as_json else console  # with --json, stdout carries the JSON alone
+    done = recorded_scores(store, files) if resume else {}
     scores = []
     try:
         for number, path in enumerate(files, 1):
             out.rule(f"problem {number}/{len(files)}: {path.name}")
+            if path in done:
+                out.print(f"{path.name}: done in run {done[path].run_id} (--resume keeps "
+                          "its score)", highlight=False)
+                scores.append(done[path])
+                continue
             started = time.monotonic()
             try:
                 budget = budget_per_problem or (None if goal_file else DEFAULT_BUDGET)
@@ -100,12 +119,14 @@ def suite(
                            "agents": kinds, "llm": llm, "max_evaluations": max_evaluations}
                 goal = (default_goal(str(path)).with_overrides(**changes) if goal_file is None
                         else load_goal(goal_file, workload=str(path), **changes))
-                scores.append(_score(goal, path, store, workdir, sizes, started, out))
-            except (SwarmfabError, GoalError) as exc:
-                from swarmfab.report.scorecard import ProblemScore
-
-                errors.print(f"{path.name}: {exc}", highlight=False)
-                scores.append(ProblemScore(path.stem, detail=str(exc)))
+                score = _score(goal, path, store, workdir, sizes, started, out)
+                record_score(store, score)  # kept at once: a later problem may end it all
+                scores.append(score)
+            except Exception as exc:  # any problem's failure is its row, whatever it is
+                reason = str(exc) if isinstance(exc, SwarmfabError | GoalError) \
+                    else f"{type(exc).__name__}: {exc}"
+                errors.print(f"{path.name}: {reason}", highlight=False)
+                scores.append(ProblemScore(path.stem, detail=reason))
     except KeyboardInterrupt:
         errors.print(f"interrupted: the scorecard of the {len(scores)} problem(s) done")
     card = Scorecard(scores)

@@ -17,13 +17,21 @@ problem without a champion.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-__all__ = ["FAST_P", "ProblemScore", "Scorecard", "score_run", "scorecard_table", "summary_line"]
+if TYPE_CHECKING:
+    from swarmfab.knowledge import Store
+
+__all__ = ["FAST_P", "SCORE_EVENT", "ProblemScore", "Scorecard", "record_score",
+           "recorded_scores", "score_run", "scorecard_table", "summary_line"]
+
+SCORE_EVENT = "suite-score"  # a problem's score, kept with its run for `suite --resume`
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 EAGER, COMPILE = "torch-eager", "torch-compile"
@@ -73,6 +81,28 @@ def score_run(problem: str, sizes: str, result: Any, summary: dict[str, Any] | N
                         seconds={n: [t, math.nan, math.nan] for n, t in times.items()},
                         over_eager=[1.0, 1.0, 1.0], over_compile=over_compile,
                         detail="nothing beat eager PyTorch: the answer is eager")
+
+
+def record_score(store: Store, score: ProblemScore) -> None:
+    """Keep ``score`` with its run, as soon as the problem is done: a suite stopped
+    later, whatever stopped it, still has it (``suite --resume``)."""
+    if score.run_id is not None:
+        store.record_event(score.run_id, SCORE_EVENT, json.dumps(asdict(score)))
+
+
+def recorded_scores(store: Store, paths: list[Path]) -> dict[Path, ProblemScore]:
+    """For each problem file, the score its latest finished run recorded, if any (runs
+    are matched by the file's resolved path)."""
+    wanted = {path.resolve(): path for path in paths}
+    found: dict[Path, ProblemScore] = {}
+    for run in reversed(store.runs()):  # latest first
+        path = wanted.get(Path(run.workload).resolve())
+        if path is None or path in found or run.status != "finished":
+            continue
+        kept = store.events(run.id, SCORE_EVENT)
+        if kept:
+            found[path] = ProblemScore(**json.loads(kept[-1][1]))
+    return found
 
 
 @dataclass(frozen=True, slots=True)

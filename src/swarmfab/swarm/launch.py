@@ -26,33 +26,46 @@ if TYPE_CHECKING:
     from swarmfab.workloads import AnyShape
 
 __all__ = ["Log", "evaluator_for", "execute_goal", "goal_from_target", "lesson_context",
-           "require_device", "sized_for_host"]
+           "load_target", "require_device", "sized_for_host"]
 
 Log = Callable[[str], None]
 
 
 def goal_from_target(target: str, log: Log, sizes: str = "auto", **overrides: object) -> Goal:
+    """The goal a user names (:func:`load_target`), sized for this host."""
+    return sized_for_host(load_target(target, **overrides), sizes, log)
+
+
+def load_target(target: str, **overrides: object) -> Goal:
     """The goal a user names: a goal TOML file, else a workload name or ``.py`` file with
     its default goal; ``overrides`` (budget, threads, ...) replace its values where given."""
     from swarmfab.goal import default_goal, load_goal
 
     path = Path(target)
     goal = load_goal(path) if path.suffix == ".toml" else default_goal(target)
-    return sized_for_host(goal.with_overrides(**overrides), sizes, log)
+    return goal.with_overrides(**overrides)
 
 
 def sized_for_host(goal: Goal, sizes: str, log: Log) -> Goal:
     """A problem file's goal without [[sizes]]: with ``auto``, its sizes halved together
-    until the eager Model takes at most 0.1 s a call here (the sizes are written into
-    the goal, so a resume runs the same); ``as-is`` keeps the file's."""
+    until its memory fits this host's share and the eager Model takes at most 0.1 s a
+    call here (the sizes are written into the goal, so a resume runs the same); ``as-is``
+    keeps the file's. Sizes kept (as-is, or the goal's [[sizes]]) that need more memory
+    than this host has are a WorkloadError saying how much, before anything is
+    allocated."""
     if sizes not in ("auto", "as-is"):
         raise GoalError(f"--sizes {sizes!r}: choose auto or as-is")
-    from swarmfab.workloads import get_workload
+    from swarmfab.workloads import Dims, get_workload
     from swarmfab.workloads.problem import ProblemWorkload, fit_to_host
+    from swarmfab.workloads.problem.sizes import require_memory
 
     problem = get_workload(goal.workload)
-    if sizes == "as-is" or goal.sizes or goal.shapes or not isinstance(problem,
-                                                                       ProblemWorkload):
+    if not isinstance(problem, ProblemWorkload):
+        return goal
+    if sizes == "as-is" or goal.sizes or goal.shapes:
+        for dims in goal.target_shapes():
+            if isinstance(dims, Dims):
+                require_memory(problem, dims)
         return goal
     fitted = fit_to_host(problem, goal.threads)
     log(f"{problem.path.name}: {fitted.describe(problem.sizes)} (--sizes as-is keeps the "

@@ -1,10 +1,12 @@
-"""A problem file's sizes: which integers they are, the file at other sizes, the sizes a
-validation case or this host runs it at (see ``_problem.py``)."""
+"""A problem file's sizes: which integers they are (module-level constant integer
+expressions), the file at other sizes, the sizes a validation case or this host runs it
+at, counting time and memory (see ``workload.py``)."""
 
 from __future__ import annotations
 
 import ast
 import operator
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -19,8 +21,9 @@ from swarmfab.workloads._base import Case, Dims
 if TYPE_CHECKING:
     from swarmfab.workloads.problem.workload import ProblemWorkload
 
-__all__ = ["MIN_SIZE", "Fitted", "fit_to_host", "halved", "problem_sizes", "resized_source",
-           "validation_cases"]
+__all__ = ["MEMORY_ENV", "MIN_SIZE", "Fitted", "HostMemory", "data_bytes", "fit_to_host",
+           "halved", "host_memory", "memory_needed", "problem_sizes", "require_memory",
+           "resized_source", "too_large", "validation_cases"]
 
 MIN_SIZE = 8  # module-level integers below this are axes, kernel sizes, strides
 
@@ -173,6 +176,150 @@ def _small(problem: ProblemWorkload) -> Dims:
 
 
 
+# -- memory ----------------------------------------------------------------------------
+MEMORY_ENV = "SWARMFAB_MEMORY_LIMIT"  # bytes (4G, 512M, 1000000) counted on instead
+MEMORY_SHARE = 0.5  # of the memory available, what one problem's data may take
+# the data (inputs, weights, outputs) in float32, and again in float64 for the reference
+COPIES = 3
+TEMPORARIES = 2.0  # room for the forward's intermediates and the baselines' own
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_NO_LIMIT = 2**60  # a cgroup v1 "limit" this large is none
+
+
+@dataclass(frozen=True, slots=True)
+class HostMemory:
+    """The memory a run can count on here, and where the figure comes from."""
+
+    available: int  # bytes
+    source: str
+
+    @property
+    def budget(self) -> int:
+        """What one problem's data, copies and temporaries may take."""
+        return int(self.available * MEMORY_SHARE)
+
+
+def host_memory() -> HostMemory | None:
+    """SWARMFAB_MEMORY_LIMIT when set; else the least of /proc/meminfo's MemAvailable
+    and what the cgroup's memory limit leaves (``memory.max`` less what the group uses,
+    its inactive page cache aside); None where neither can be read."""
+    given = os.environ.get(MEMORY_ENV, "").strip()
+    if given:
+        return HostMemory(_parse_bytes(given), MEMORY_ENV)
+    found = [HostMemory(n, src) for n, src in ((_meminfo_available(), "MemAvailable"),
+                                               (_cgroup_available(), "the cgroup's limit"))
+             if n is not None]
+    return min(found, key=lambda memory: memory.available) if found else None
+
+
+def _parse_bytes(text: str) -> int:
+    number = text.lower().removesuffix("b").removesuffix("i")
+    unit = number[-1:] if number[-1:] in _UNITS else ""
+    try:
+        value = float(number.removesuffix(unit)) * _UNITS[unit]
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise WorkloadError(f"{MEMORY_ENV}={text!r}: give bytes, e.g. 8G, 512M or 1000000")
+    return int(value)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii") as file:
+            return file.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _meminfo_available() -> int | None:
+    for line in (_read("/proc/meminfo") or "").splitlines():
+        name, _, value = line.partition(":")
+        if name == "MemAvailable" and value.split()[0].isdigit():
+            return int(value.split()[0]) * 1024
+    return None
+
+
+def _cgroup_available() -> int | None:
+    """What the memory cgroup's limit leaves (v2, else v1); None without a limit."""
+    for limit_file, usage_file, stat_file, inactive in (
+            ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current",
+             "/sys/fs/cgroup/memory.stat", "inactive_file"),
+            ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+             "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+             "/sys/fs/cgroup/memory/memory.stat", "total_inactive_file")):
+        limit = (_read(limit_file) or "").strip()
+        if not limit.isdigit():  # "max", or no such file
+            continue
+        if int(limit) >= _NO_LIMIT:
+            return None
+        usage = (_read(usage_file) or "0").strip()
+        stats = dict(line.split(maxsplit=1) for line in (_read(stat_file) or "").splitlines()
+                     if len(line.split()) == 2)
+        cache = int(stats.get(inactive, "0")) if stats.get(inactive, "").isdigit() else 0
+        used = max(0, int(usage) - cache) if usage.isdigit() else 0
+        return max(0, int(limit) - used)
+    return None
+
+
+def data_bytes(problem: ProblemWorkload, dims: Dims) -> int | None:
+    """Bytes of the inputs, weights and outputs at ``dims``, as the file makes them
+    (on the meta device: shapes only); None where the file does not run there."""
+    try:
+        namespace = problem.namespace(dims)
+        with torch.device("meta"), torch.no_grad():
+            model = namespace["Model"](*namespace["get_init_inputs"]())
+            inputs = namespace["get_inputs"]()
+            outputs = model(*inputs)
+    except Exception:
+        return None
+    tensors = [*model.state_dict().values(), *_tensors(inputs), *_tensors(outputs)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _tensors(value: object) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for item in value for t in _tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors(item)]
+    return []
+
+
+def memory_needed(problem: ProblemWorkload, dims: Dims) -> int | None:
+    """About how much memory a run at ``dims`` takes: the data in float32 and in float64
+    for the reference, times room for temporaries."""
+    data = data_bytes(problem, dims)
+    return None if data is None else int(data * COPIES * TEMPORARIES)
+
+
+def _amount(size: float) -> str:
+    return f"{size / 1e9:.1f} GB" if size >= 1e9 else f"{size / 1e6:.1f} MB"
+
+
+def too_large(problem: ProblemWorkload, dims: Dims, needed: int, memory: HostMemory,
+              hint: str) -> WorkloadError:
+    """The error of a problem that cannot fit this host's memory at ``dims``."""
+    return WorkloadError(
+        f"{problem.path.name} at {dims.label} needs about {_amount(needed)} (inputs, "
+        f"weights and outputs in float32 and float64, with room for temporaries), this "
+        f"host has {_amount(memory.available)} ({memory.source}; a problem may take "
+        f"{MEMORY_SHARE:.0%} of it); {hint}")
+
+
+def require_memory(problem: ProblemWorkload, dims: Dims,
+                   memory: HostMemory | None = None) -> None:
+    """A WorkloadError, before anything is allocated, when the problem at ``dims`` would
+    need more memory than this host can give it."""
+    memory = memory or host_memory()
+    needed = memory_needed(problem, dims)
+    if memory is not None and needed is not None and needed > memory.budget:
+        raise too_large(problem, dims, needed, memory,
+                        "--sizes auto halves the sizes until they fit, or give smaller "
+                        "[[sizes]] in a goal file")
+
+
 # -- sizes for this host ---------------------------------------------------------------
 MAX_EAGER_S = 0.1  # the eager Model's time per call a problem is shrunk to (auto sizes)
 MAX_BYTES = 256 * 2**20  # inputs and weights, before anything is allocated
@@ -196,27 +343,43 @@ class Fitted:
 
 
 def fit_to_host(problem: ProblemWorkload, threads: int, max_eager_s: float = MAX_EAGER_S,
-                max_bytes: int = MAX_BYTES) -> Fitted:
-    """Halve every size together until the inputs and weights fit in ``max_bytes``
-    (judged on the meta device, before any allocation) and the eager float32 Model takes
-    at most ``max_eager_s`` per call here (median of three after one warm-up)."""
-    eager_s = None
+                max_bytes: int = MAX_BYTES, memory: HostMemory | None = None) -> Fitted:
+    """Halve every size together until the problem's memory fits this host's share
+    (:func:`memory_needed` against ``memory``, by default :func:`host_memory`), its
+    inputs and weights fit in ``max_bytes`` (both judged on the meta device, before any
+    allocation) and the eager float32 Model takes at most ``max_eager_s`` per call here
+    (median of three after one warm-up). Sizes that cannot be halved far enough to fit
+    in memory are a WorkloadError saying how much they need."""
+    memory = memory or host_memory()
+    fitted: Fitted | None = None
+    smallest: tuple[Dims, int, int] | None = None  # the least sizes tried: too large
     for halvings in range(0, 16):
-        sizes = halved(problem.sizes, halvings) if halvings else dict(problem.sizes)
+        sizes = halved(problem.sizes, halvings)
         if sizes is None:
             break
         dims = Dims.of(**sizes)
         if halvings and not problem.runs_at(dims):
             break
-        fitted = Fitted(dims, eager_s, halvings)
+        needed = memory_needed(problem, dims)
+        if memory is not None and needed is not None and needed > memory.budget:
+            smallest = (dims, needed, halvings)
+            continue
+        fitted = Fitted(dims, None, halvings)
         size = problem.meta_bytes(dims)
         if size is not None and size > max_bytes:
             continue
-        eager_s = _eager_seconds(problem, dims, threads)
-        fitted = Fitted(dims, eager_s, halvings)
-        if eager_s <= max_eager_s:
+        fitted = Fitted(dims, _eager_seconds(problem, dims, threads), halvings)
+        if fitted.eager_s is not None and fitted.eager_s <= max_eager_s:
             return fitted
-    return fitted
+    if fitted is not None:
+        return fitted
+    if smallest is None or memory is None:  # not even the file's own sizes run
+        return Fitted(Dims.of(**problem.sizes), None, 0)
+    dims, needed, halvings = smallest
+    done = f"halved {halvings}x, " if halvings else ""
+    raise too_large(problem, dims, needed, memory,
+                    f"{done}its sizes cannot shrink further (a size would fall under "
+                    f"{MIN_SIZE} or the file would not run at them)")
 
 
 def _eager_seconds(problem: ProblemWorkload, dims: Dims, threads: int) -> float:
