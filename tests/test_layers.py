@@ -57,9 +57,12 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def unit_of(module: str) -> str | None:
-    """The package (or root module) a dotted ``swarmfab`` name belongs to."""
+    """The package (or root module) a dotted ``swarmfab`` name belongs to; None for the
+    root package itself and its dunder attributes (``swarmfab.__version__``)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 else None
+    if len(parts) < 2 or (parts[1].startswith("__") and parts[1] != "__main__"):
+        return None
+    return parts[1]
 
 
 def source_files() -> list[tuple[str, Path]]:

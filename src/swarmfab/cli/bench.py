@@ -44,15 +44,20 @@ def verify(
     backend: Annotated[str | None, typer.Option(
         help="c, python, numba, torch-compile, cuda or triton (default: from the suffix).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the fuzzing draws.")] = 0,
+    fast: Annotated[bool, typer.Option(
+        "--fast", help="Only the fast corpus every evaluation meets (no battery).")] = False,
     dtype: DtypeOption = "float32",
     db: DbOption = DEFAULT_DB,
     workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
 ) -> None:
-    """Verify a candidate file: corpus, fuzzing, anti-cheat probes. Exit 0 if accepted.
+    """Verify a candidate file: corpus, fuzzing, the battery, anti-cheat probes. Exit 0
+    if accepted.
 
-    A C file is built with the flags its header records (`/* swarmfab flags: ... */`, as
-    a champion's source carries them), else -O3 -march=native. A fuzzing case that breaks
-    the candidate is added to the stored corpus.
+    The battery (real sizes, extreme values, strided and column-major inputs, one and
+    several threads) follows the fast corpus unless --fast. A C file is built with the
+    flags its header records (`/* swarmfab flags: ... */`, as a champion's source carries
+    them), else -O3 -march=native. A fuzzing or battery case that breaks the candidate is
+    added to the stored corpus.
     """
     import random
 
@@ -73,11 +78,16 @@ def verify(
     store = Store(db)
     evaluator = evaluator_for(goal, workdir, store)
     drawn = draw_cases(evaluator.workload, random.Random(seed), fuzz)
-    verdict = evaluator.verify(candidate, [*evaluator.cases, *drawn])
+    battery = [] if fast else evaluator.battery.cases()
+    verdict = evaluator.verify(candidate, [*evaluator.cases, *drawn, *battery])
     failed = verdict.failed_check
-    found = evaluator.case_of(failed, drawn) if failed else None
+    found = evaluator.case_of(failed, [*drawn, *battery]) if failed else None
+    origin = "battery" if found is not None and found.name in {c.name for c in battery} \
+        else "fuzz"
+    for name, why in evaluator.battery.left_out if not fast else ():
+        errors.print(f"battery case left out: {name}: {why}", highlight=False, markup=False)
     if found is not None and store.add_case(
-        workload, dataclasses.replace(found, origin=f"fuzz: broke {file.name}")
+        workload, dataclasses.replace(found, origin=f"{origin}: broke {file.name}")
     ):
         errors.print(f"counterexample {found.name} ({found.shape.label}) added to the corpus",
                      highlight=False, markup=False)

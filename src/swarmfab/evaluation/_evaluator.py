@@ -21,6 +21,7 @@ from typing import Any
 from swarmfab.backends import Artifact, get_backend
 from swarmfab.errors import BuildError, DeadlineError, MeasurementError, SandboxError
 from swarmfab.evaluation import _conductor as conductor
+from swarmfab.evaluation._battery import Battery
 from swarmfab.evaluation._bound import MEMORY_STREAM, bound_seconds, memory_bound
 from swarmfab.evaluation._cores import CoreBroker, pinned_thread
 from swarmfab.evaluation._limits import job_limits, warm_start
@@ -172,6 +173,7 @@ class Evaluator:
             for i, shape in enumerate(target_shapes)
         ]
         self.references = References(workload, tolerances, self.targets)
+        self.battery = Battery(workload, threads, dtype, tolerances)
         self._local = threading.local()  # each thread's last verification cases
         self.peaks = peaks  # enables roofline fractions and the impossible-speed check
         self.cores = cores or CoreBroker()
@@ -284,6 +286,11 @@ class Evaluator:
             return build_failed(candidate, exc, started)
         return self._verify_cases(candidate, artifact, started, self.cases if cases is None
                                   else list(cases))
+
+    def verify_battery(self, candidate: Candidate) -> Verdict:
+        """The second tier: the workload's battery (real sizes, extreme values, other
+        layouts and thread counts), each case with the probes."""
+        return self.verify(candidate, self.battery.cases())
 
     def evaluate(
         self, candidate: Candidate, incumbents: dict[str, Implementation],

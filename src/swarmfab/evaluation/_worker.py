@@ -16,6 +16,7 @@ import threadpoolctl
 import torch
 
 from swarmfab.backends import Artifact, get_backend
+from swarmfab.errors import CandidateError
 from swarmfab.evaluation._bound import memory_stream
 from swarmfab.kernels.allocator import fix_malloc_thresholds
 from swarmfab.measure.timer import HostStopwatch, Stopwatch
@@ -147,11 +148,14 @@ def run_cases(
     runs: list[CaseRun] = []
     unsettled: dict[int, probes.Settling] = {}  # index in runs -> first outputs at return
     for case in cases:
+        torch.set_num_threads(case.threads or threads)  # a case may name its own
         try:
             run, settling = _probe_case(workload, forward, case, device)
         except Exception as exc:  # the candidate's failure is data, not a worker failure
             runs.append(CaseRun(case.name, error=f"raised {type(exc).__name__}: {exc}"))
             continue
+        finally:
+            torch.set_num_threads(threads)
         if settling is not None:
             unsettled[len(runs)] = settling
         runs.append(run)
@@ -179,12 +183,16 @@ def _probe_case(workload: Workload, forward: Forward, case: Case, device: str
     bug), since the probes refill the inputs next; otherwise by the caller, after every
     case (returned: a :class:`probes.Settling`)."""
     inputs = on_device(workload.make_inputs(case), device)
+    keep = frozenset(workload.written_in_place(inputs).values())
+    inputs = probes.laid_out(inputs, case.layout, keep)  # the values, laid out as named
     pristine = probes.snapshot(inputs)
     outputs = _call(workload, forward, inputs)
+    plain = probes.not_plain_tensors(outputs)  # before anything reads them
     settling = probes.Settling(outputs)
     in_place = workload.written_in_place(inputs)
     aliased = probes.aliased_outputs(outputs, inputs, in_place)
     findings = {
+        "outputs are plain tensors": "",  # every call's: found below
         "inputs unchanged": _names(probes.modified_inputs(pristine, inputs, in_place),
                                    "modified"),
         "outputs do not alias inputs": _names(aliased, "share memory with an input"),
@@ -204,12 +212,23 @@ def _probe_case(workload: Workload, forward: Forward, case: Case, device: str
         lean = workload.call_lean(forward, inputs)
     twin = workload.make_inputs(probes.twin_case(case))
     probes.write_into(inputs, twin)  # same tensors, new values
-    twin_outputs = _detached(_call(workload, forward, inputs))
+    twin_raw = _call(workload, forward, inputs)
+    twin_outputs = _detached(twin_raw)
     probes.write_into(inputs, probes.nudged(twin, probes.nudge_seed(case)))  # same buffers
-    nudged_outputs = _detached(_call(workload, forward, inputs))
-    again = _detached(_call(workload, forward, on_device(probes.snapshot(twin), device)))
+    nudged_raw = _call(workload, forward, inputs)
+    nudged_outputs = _detached(nudged_raw)
+    # every call's outputs, the optional outputs left out too
+    plain += tuple(name for raw in (lean or {}, twin_raw, nudged_raw)
+                   for name in probes.not_plain_tensors(raw) if name not in plain)
+    findings["outputs are plain tensors"] = _names(
+        plain, "not exactly torch.Tensor (a subclass can compute when read, after the "
+        "clock stops)")
+    again = _detached(_call(workload, forward, probes.laid_out(
+        on_device(probes.snapshot(twin), device), case.layout, keep)))
     same = all(torch.equal(again[n], twin_outputs[n]) for n in twin_outputs)
     findings["deterministic"] = "" if same else "the same inputs gave different outputs"
+    findings["parameters and buffers unchanged"] = _names(
+        workload.changed_state(forward, inputs), "changed by the calls")
     return CaseRun(case.name, outputs=first, twin_outputs=twin_outputs,
                    lean_outputs=None if lean is None else _detached(lean),
                    nudged_outputs=nudged_outputs, findings=findings), deferred
@@ -294,7 +313,12 @@ def _take_case(
     outputs = None
     if pick is not None:
         forward = implementation.load(workload, fill_outputs=True)
-        outputs = _detached(_call(workload, forward, inputs))
+        first = _call(workload, forward, inputs)
+        lazy = probes.not_plain_tensors(first)
+        if lazy:  # its calls would be timed without their work
+            raise CandidateError(f"{', '.join(lazy)}: an output must be exactly "
+                                 "torch.Tensor (a subclass can compute when read)")
+        outputs = _detached(first)
     call = _bind(workload, implementation.load(workload, fill_outputs=False), inputs)
     if pick is None:
         return None, call, None
@@ -331,6 +355,10 @@ class _Spy:
             return self.call()
         probes.write_into(self.inputs, self.twin)
         result = self.call()
+        lazy = probes.not_plain_tensors(result)  # type: ignore[arg-type]
+        if lazy:  # the timed calls returned without their work
+            raise CandidateError(f"a timed call's {', '.join(lazy)}: an output must be "
+                                 "exactly torch.Tensor (a subclass can compute when read)")
         # copied now: an output written in place (a state pool) changes with the next call
         self.kept = _detached(result)  # type: ignore[arg-type]
         probes.write_into(self.inputs, self.original)

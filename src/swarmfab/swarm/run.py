@@ -119,6 +119,7 @@ class Run:
         self.champion_gain = 1.0  # the champion's geometric-mean speedup over the baselines
         self.overhead: float | None = None  # share of search time not spent in real work
         self.search_s = 0.0
+        self.battery_s = 0.0  # the battery's share of the search: checks before crownings
         self.workers = 0  # evaluations in flight at once, once the search started
         self.evaluations = 0  # in this session (a resumed run counts from zero again)
 
@@ -159,6 +160,9 @@ class Run:
             if self.evaluations and self.overhead is not None:
                 self.log(f"platform overhead: {self.overhead:.1%} of the search's wall time "
                          "(no core building, verifying or timing)")
+            if self.battery_s:
+                self.log(f"verification battery before crownings: {self.battery_s:.1f} s "
+                         f"({_share(self.battery_s, self.search_s) or 0:.1%} of the search)")
             if self.champion is not None and self.calibration is not None:
                 champion_dir = self._write_champion(run_id)
                 self._phase("confirming the champion side by side")
@@ -180,7 +184,7 @@ class Run:
                        "archive": self.archive.summary(), "overhead": self.overhead,
                        "dtype": self.goal.dtype, "search": {
                            "seconds": self.search_s, "evaluations": self.evaluations,
-                           "workers": self.workers}}
+                           "workers": self.workers, "battery_seconds": self.battery_s}}
             self._close(run_id, status, summary)
         return RunResult(run_id, self.champion, champion_dir, self.evaluations,
                          self.store.status_counts(run_id), final, baselines, status)
@@ -393,6 +397,8 @@ class Run:
         decision = judge(verdict, same)
         if decision.promote and len(self.evaluator.cases) > submission.corpus:
             decision = self._check_new_cases(candidate, submission.corpus)
+        if decision.promote:
+            decision = self._check_battery(run_id, candidate)
         if decision.promote and submission.incumbent != current:
             decision = self._rematch(run_id, candidate)
         line = f"[{number:3d}] {candidate.agent:<20} {candidate.id[:10]} {verdict.status.value:<12}"
@@ -437,6 +443,25 @@ class Run:
         self.log(f"not crowned: {candidate.id[:10]} {reason[:120]}")
         return GateDecision(False, reason)
 
+    def _check_battery(self, run_id: str, candidate: Candidate) -> GateDecision:
+        """The second tier before a crowning: real sizes, extreme values, other layouts
+        and thread counts. A case that fails joins the corpus, so every later candidate
+        meets it in the fast tier."""
+        began = time.monotonic()
+        verdict = self.evaluator.verify_battery(candidate)
+        self.battery_s += time.monotonic() - began
+        if verdict.status is Status.ACCEPTED:
+            return GateDecision(True, f"passed the battery ({verdict.reason})")
+        reason = f"fails the verification battery: {verdict.reason}"
+        self.store.demote(run_id, candidate.id, reason)
+        self.blackboard.publish("battery-failed", f"{candidate.id}: {reason}")
+        self.log(f"not crowned: {candidate.id[:10]} {reason[:160]}")
+        failed = verdict.failed_check
+        found = self.evaluator.case_of(failed, self.evaluator.battery.cases()) if failed else None
+        if found is not None:
+            self._grow_corpus(run_id, replace(found, origin="battery"), candidate)
+        return GateDecision(False, reason)
+
     def _rematch(self, run_id: str, candidate: Candidate) -> GateDecision:
         """The champion changed while ``candidate`` was timed: time it against the new one."""
         verdict = self.evaluator.rematch(candidate, self.incumbents)
@@ -449,8 +474,10 @@ class Run:
         return decision
 
     def _grow_corpus(self, run_id: str, found: Case, candidate: Candidate) -> None:
-        """Keep a fuzzing counterexample forever, and re-check the champion against it."""
-        case = replace(found, origin=f"fuzz: broke candidate {candidate.id}")
+        """Keep a fuzzing (or battery) counterexample forever, and re-check the champion
+        against it."""
+        source = "battery" if found.origin == "battery" else "fuzz"
+        case = replace(found, origin=f"{source}: broke candidate {candidate.id}")
         self.store.add_case(self.goal.workload, case, run_id)
         self.evaluator.add_case(case)
         self.log(f"corpus grew: {case.name} ({case.shape.label}) broke {candidate.id[:10]}")

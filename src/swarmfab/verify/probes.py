@@ -19,7 +19,11 @@ known exploit:
   previous call must give the new answer (catches caching by shape or by pointer);
 - deterministic: the same inputs in new tensors give bitwise the same outputs;
 - a nudged input: one element of every input halved in place must change the answer
-  accordingly (catches caches keyed on a sample of the inputs).
+  accordingly (catches caches keyed on a sample of the inputs);
+- outputs are plain tensors: exactly ``torch.Tensor``, no subclass (a subclass can
+  compute when it is read, so every check would force it and the clock would not);
+- inputs as engines lay them out: a case's ``layout`` hands the call views into wider,
+  NaN-padded buffers or column-major copies (:func:`laid_out`), same values.
 NaN-filled output buffers (every element must be written) are set by the workload's C
 wrapper, and impossible speed is judged against the roofline by the evaluator.
 """
@@ -41,7 +45,9 @@ __all__ = [
     "aliased_outputs",
     "child_processes",
     "cpu_while_idle",
+    "laid_out",
     "modified_inputs",
+    "not_plain_tensors",
     "nudge_seed",
     "nudged",
     "settle",
@@ -191,3 +197,51 @@ def write_into(target: Inputs, source: Inputs) -> None:
         new = source[name]
         if isinstance(value, torch.Tensor) and isinstance(new, torch.Tensor):
             value.copy_(new)
+
+
+def not_plain_tensors(outputs: Mapping[str, object]) -> tuple[str, ...]:
+    """Outputs that are not exactly ``torch.Tensor`` (a subclass, or anything else)."""
+    return tuple(f"{name} ({type(value).__name__})" for name, value in outputs.items()
+                 if type(value) is not torch.Tensor)
+
+
+_PAD = 3  # elements before each row of a strided input (a storage offset, an odd stride)
+
+
+def laid_out(inputs: Inputs, layout: str, keep: frozenset[str] = frozenset()
+             ) -> dict[str, torch.Tensor | float | None]:
+    """``inputs`` with the same values in another memory layout. ``strided``: each
+    floating-point tensor a view into a wider buffer, at an offset, the padding NaN (so
+    reading past a row shows); ``transposed``: the last two dimensions stored
+    column-major (a vector: every other element of a buffer). Inputs named in ``keep``
+    (written in place by design, as a state pool) stay as they are."""
+    if layout == "contiguous":
+        return dict(inputs)
+    laid: dict[str, torch.Tensor | float | None] = {}
+    for name, value in inputs.items():
+        if (name in keep or not isinstance(value, torch.Tensor)
+                or not value.is_floating_point() or value.dim() == 0 or value.numel() == 0):
+            laid[name] = value
+            continue
+        laid[name] = _strided(value) if layout == "strided" else _transposed(value)
+    return laid
+
+
+def _strided(value: torch.Tensor) -> torch.Tensor:
+    *rows, width = value.shape
+    wide = torch.full((*rows, width * 2 + _PAD), float("nan"), dtype=value.dtype,
+                      device=value.device)
+    view = wide[..., _PAD:_PAD + width]
+    view.copy_(value)
+    return view
+
+
+def _transposed(value: torch.Tensor) -> torch.Tensor:
+    if value.dim() < 2:
+        spread = torch.full((value.numel() * 2,), float("nan"), dtype=value.dtype,
+                            device=value.device)[::2]
+        spread.copy_(value)
+        return spread
+    column_major = torch.empty_like(value.transpose(-1, -2).contiguous()).transpose(-1, -2)
+    column_major.copy_(value)
+    return column_major

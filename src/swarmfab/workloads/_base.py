@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from swarmfab.kernels import DesignSpace
 
 __all__ = [
+    "LAYOUTS",
     "AnyShape",
     "Case",
     "Dims",
@@ -110,6 +111,12 @@ class Distribution:
     per token), n = 10 is weak. ``gate_zero_prob`` masks gates to exactly zero.
     ``beta`` picks sigmoid(randn) or values pinned near 0 or 1; ``magnitude`` scales v and
     the initial state; ``scale`` is passed to the kernel (fla tests 1 and 0.1 too).
+
+    Extreme values, as the verification battery draws them: ``gate_fill`` sets a share
+    ``gate_fill_prob`` of the gates to exactly that value (written as text, so "-inf"
+    survives JSON: "0", "-100", "-inf"); ``beta_fill`` sets every beta. For any other
+    workload, ``input_scale`` multiplies every floating-point input and ``zero_prob``
+    sets that share of their elements to exactly zero.
     """
 
     gate_divisor: float = 1.0
@@ -117,18 +124,31 @@ class Distribution:
     beta: Literal["sigmoid", "near0", "near1"] = "sigmoid"
     magnitude: float = 1.0
     scale: float | None = None  # the attention scale; None: the default K ** -0.5
+    gate_fill: str | None = None
+    gate_fill_prob: float = 1.0
+    beta_fill: float | None = None
+    input_scale: float = 1.0
+    zero_prob: float = 0.0
 
 
 TWIN_SEED_OFFSET = 7919
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 """The dtypes a goal may give its inputs in, by name."""
+LAYOUTS = ("contiguous", "strided", "transposed")
+"""How a case's inputs lie in memory (:attr:`Case.layout`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Case:
     """A reproducible validation input: shape, distribution, seed and the dtype its
     floating-point inputs are given in (a goal's ``dtype``: every case an evaluator runs
-    carries it, :meth:`in_dtype`)."""
+    carries it, :meth:`in_dtype`).
+
+    ``layout``: the inputs as the call receives them: ``contiguous``, ``strided`` (each
+    a view into a wider buffer at an offset, as q, k and v split from one fused
+    projection) or ``transposed`` (the last two dimensions in column-major order); the
+    values are the same. ``threads``: the threads the case runs on (0: the evaluator's).
+    """
 
     name: str
     shape: AnyShape
@@ -136,12 +156,18 @@ class Case:
     seed: int = 0
     origin: str = "builtin"
     dtype: str = "float32"
+    layout: str = "contiguous"
+    threads: int = 0
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout {self.layout!r} is not one of {', '.join(LAYOUTS)}")
 
     def twin(self) -> Case:
         """Same shape and distribution, other values: the verifier writes them into the
         very buffers of this case's call (fresh inputs, same buffers)."""
-        return Case(f"{self.name} (fresh inputs, same buffers)", self.shape,
-                    self.distribution, self.seed + TWIN_SEED_OFFSET, self.origin, self.dtype)
+        return replace(self, name=f"{self.name} (fresh inputs, same buffers)",
+                       seed=self.seed + TWIN_SEED_OFFSET)
 
     def in_dtype(self, dtype: str) -> Case:
         return self if dtype == self.dtype else replace(self, dtype=dtype)
@@ -175,6 +201,7 @@ class Case:
             name=data["name"], shape=shape,
             distribution=Distribution(**data["distribution"]), seed=int(data["seed"]),
             origin=data.get("origin", "stored"), dtype=_dtype_name(data.get("dtype", "float32")),
+            layout=str(data.get("layout", "contiguous")), threads=int(data.get("threads", 0)),
         )
 
 
@@ -304,6 +331,32 @@ class Workload(ABC):
     def fuzz_cases(self, rng: random.Random, count: int) -> list[Case]:
         """Random small cases for fuzzing; none by default."""
         return []
+
+    def battery_cases(self, threads: int) -> list[Case]:
+        """The verification battery: what a candidate meets before it is crowned,
+        exported or refreshed, and in ``swarmfab verify``, beyond the fast corpus. By
+        default the corpus's first case with its inputs in other memory layouts and on
+        one thread and on ``threads``; workloads add real sizes and extreme values."""
+        cases = self.validation_cases()[:1]
+        if not cases:
+            return []
+        first = cases[0]
+        return [replace(first, name=f"battery: {first.name}, inputs {layout}", layout=layout,
+                        seed=first.seed + 101 + index)
+                for index, layout in enumerate(LAYOUTS[1:])] + [
+                replace(first, name=f"battery: {first.name}, {n} thread(s)", threads=n,
+                        seed=first.seed + 201 + n) for n in sorted({1, max(1, threads)})]
+
+    def domain_baseline(self, case: Case) -> str | None:
+        """The baseline whose answer on ``case`` says whether the case lies inside what
+        the operator is defined for (the battery leaves out a case that baseline fails,
+        saying why); None: every case is inside (the default)."""
+        return None
+
+    def changed_state(self, forward: Forward, inputs: Inputs) -> tuple[str, ...]:
+        """State an implementation was given besides its inputs (a module's parameters
+        and buffers) that its calls changed; none by default."""
+        return ()
 
     def probe_shape(self, shape: AnyShape) -> tuple[AnyShape, float] | None:
         """A cheaper shape whose reference and baseline times, multiplied by the factor,

@@ -211,7 +211,8 @@ static void run_job(const delta_args *a, ch_work *w, int64_t b, int64_t hv, int6
             memcpy(qc + i * K, a->q + qk, sizeof(float) * K);
             w->beta[i] = a->beta[tok];
             for (int64_t d = 0; d < K; d++)
-                w->G[i * K + d] = (i ? w->G[(i - 1) * K + d] : 0.0f) + delta_gate(a, tok, d);
+                w->G[i * K + d] = (i ? w->G[(i - 1) * K + d] : 0.0f)
+                                 + delta_floor_gate(delta_gate(a, tok, d));
         }
         intra_chunk(w, kc, qc, L, K, a->scale);
         /* W = (I + Diag(beta) Akk)^-1 Diag(beta) K*exp(G), U likewise with V: forward

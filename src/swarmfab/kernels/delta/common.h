@@ -58,6 +58,22 @@ static inline float delta_gate(const delta_args *a, int64_t tok, int64_t d)
 }
 
 /*
+ * A log decay raised to DELTA_GATE_FLOOR (-30) where it lies below: exp(-30) ~ 1e-13 leaves
+ * nothing of the state a float can hold, so the answer does not change, while a chunked
+ * form's cumulative sums stay finite (an -inf gate, as masking writes, makes
+ * exp(G_i - G_j) = exp(-inf + inf) = NaN) and small enough to keep their precision. On
+ * the bits, as delta_exp clamps: -ffast-math may assume no infinities.
+ */
+static inline __attribute__((always_inline)) float delta_floor_gate(float x)
+{
+    union { float f; int32_t i; } in = { .f = x };
+    const int32_t floor_bits = (int32_t)0xC1F00000u;  /* -30.0f */
+    const int32_t below = -((in.i < 0) & (in.i > floor_bits));  /* all ones where below */
+    in.i ^= (in.i ^ floor_bits) & below;
+    return in.f;
+}
+
+/*
  * exp(x) for float, branch-free so loops over it vectorise (checked with -fopt-info-vec)
  * with any -march and without -ffast-math (libm's expf is a scalar call there).
  * x = n ln 2 + r with n the integer nearest x / ln 2, so |r| <= ln 2 / 2 (Cody-Waite: ln 2

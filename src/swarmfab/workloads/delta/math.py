@@ -13,8 +13,11 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["chunked", "compiled_token_step", "expand_heads", "recurrent", "token_step",
-           "token_step_"]
+__all__ = ["GATE_FLOOR", "chunked", "compiled_token_step", "expand_heads", "recurrent",
+           "token_step", "token_step_"]
+
+
+GATE_FLOOR = -30.0  # a log decay below this is raised to it in the chunked form
 
 
 def expand_heads(x: torch.Tensor, value_heads: int) -> torch.Tensor:
@@ -105,8 +108,12 @@ def chunked(
     """The chunked WY/UT form, with every intra-chunk decay taken pairwise.
 
     Decays enter as exp(G_i - G_j) with j <= i (never as exp(G_i) * exp(-G_j)), so every
-    exponent is <= 0 and strong decay cannot overflow.
+    exponent is <= 0 and strong decay cannot overflow. Gates below :data:`GATE_FLOOR` are
+    raised to it: exp(-30) ~ 1e-13 leaves nothing of the state a float holds, and the
+    cumulative sums stay finite (an -inf gate, as masking writes, would give
+    exp(-inf + inf) = NaN) and small enough to keep their precision.
     """
+    g = g.clamp(min=GATE_FLOOR)
     batch, steps, value_heads, key_dim = g.shape
     value_dim = v.shape[-1]
     q, k = expand_heads(q, value_heads), expand_heads(k, value_heads)

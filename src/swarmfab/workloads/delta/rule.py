@@ -118,7 +118,12 @@ class GatedDeltaRule(Workload):
         if dist.gate_zero_prob > 0:
             keep = torch.rand(gate_shape, generator=gen, dtype=torch.float64) >= dist.gate_zero_prob
             g = g * keep
+        if dist.gate_fill is not None:  # extreme gates: 0, -100, -inf
+            fill = torch.rand(gate_shape, generator=gen, dtype=torch.float64) < dist.gate_fill_prob
+            g = torch.where(fill, float(dist.gate_fill), g)
         beta = _draw_beta(dist, (s.B, s.T, s.HV), gen)
+        if dist.beta_fill is not None:
+            beta = torch.full_like(beta, dist.beta_fill)
         h0 = None
         if s.initial_state:
             h0 = torch.randn(s.pool or s.B, s.HV, s.K, s.V, generator=gen, dtype=torch.float64)
@@ -302,6 +307,11 @@ class GatedDeltaRule(Workload):
 
     def fuzz_cases(self, rng: random.Random, count: int) -> list[Case]:
         return draw_delta_cases(rng, count)
+
+    def battery_cases(self, threads: int) -> list[Case]:
+        from swarmfab.workloads.delta.battery import battery_cases
+
+        return battery_cases(threads)
 
     def probe_shape(self, shape: Shape) -> tuple[Shape, float]:  # type: ignore[override]
         """Every form here costs the same per token: a few tokens stand for the whole."""

@@ -34,7 +34,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from swarmfab.errors import CandidateError, WorkloadError
-from swarmfab.workloads._base import Case, Dims, Forward, Inputs, Outputs, Workload
+from swarmfab.workloads._base import (
+    AnyShape,
+    Case,
+    Dims,
+    Distribution,
+    Forward,
+    Inputs,
+    Outputs,
+    Workload,
+)
+from swarmfab.workloads.problem.cost import meta_cost
 from swarmfab.workloads.problem.sizes import MIN_SIZE, problem_sizes, resized_source
 from swarmfab.workloads.problem.sizes import validation_cases as _validation_cases
 
@@ -128,6 +138,7 @@ class ProblemWorkload(Workload):
         self._namespaces: dict[tuple[tuple[str, int], ...], dict[str, Any]] = {
             tuple(self.sizes.items()): namespace}
         self._lock = threading.Lock()
+        self._costs: dict[tuple[tuple[str, int], ...], tuple[float, float] | None] = {}
         self.output_names = self._outputs_on_meta(namespace)
 
     # -- sizes -----------------------------------------------------------------------
@@ -207,9 +218,10 @@ class ProblemWorkload(Workload):
             arguments = list(namespace["get_inputs"]())
         state = ModuleState(namespace, init_inputs, weights, (case.shape.label, weight_seed))
         inputs: dict[str, Any] = {STATE: state}
+        values = torch.Generator().manual_seed(case.seed)
         for index, value in enumerate(arguments):
             if isinstance(value, torch.Tensor) and value.is_floating_point():
-                value = value.to(dtype)
+                value = _extreme(value, case.distribution, values).to(dtype)
             inputs[f"arg{index}"] = value
         return inputs
 
@@ -239,16 +251,40 @@ class ProblemWorkload(Workload):
 
     def instance(self, forward: Forward, state: ModuleState,
                  device: torch.device | None = None) -> torch.nn.Module:
-        """The module of ``forward`` (a class, or a baseline) with the case's weights."""
+        """The module of ``forward`` (a class, or a baseline) with the case's weights.
+
+        One instance per class and sizes: a case with other weights (another family
+        seed) gets them loaded into the live module, as a user loading a checkpoint
+        would, so a module that prepared something from its first weights and kept it
+        after a reload is caught."""
         cls = forward.resolve(state) if isinstance(forward, _Baseline) else forward
-        cache = _instances.pop(state.key, {})
-        _instances[state.key] = cache  # most recently used last
+        sizes = state.key[0]
+        cache = _instances.pop(sizes, {})
+        _instances[sizes] = cache  # most recently used last
         while len(_instances) > MAX_STATES:
             del _instances[next(iter(_instances))]
-        module = cache.get(id(cls))
-        if module is None:
-            module = cache[id(cls)] = build_module(cls, state, device)
+        known = cache.get(id(cls))
+        if known is None:
+            module = build_module(cls, state, device)
+        else:
+            module, loaded = known
+            if loaded != state.key:
+                with torch.no_grad():
+                    module.load_state_dict(_on(state.weights, device), strict=False)
+        cache[id(cls)] = (module, state.key)
         return module
+
+    def changed_state(self, forward: Forward, inputs: Inputs) -> tuple[str, ...]:
+        """Parameters and buffers of the module that no longer equal the weights it was
+        given (a module may not fold anything into them)."""
+        state = _state_of(inputs)
+        cls = forward.resolve(state) if isinstance(forward, _Baseline) else forward
+        known = _instances.get(state.key[0], {}).get(id(cls))
+        if known is None:
+            return ()
+        own = known[0].state_dict()
+        return tuple(name for name, value in state.weights.items()
+                     if name in own and not torch.equal(own[name].detach().cpu(), value))
 
     def baselines(self) -> dict[str, Forward]:
         return {"torch-eager": _Baseline("torch-eager"),
@@ -257,16 +293,53 @@ class ProblemWorkload(Workload):
     def validation_cases(self) -> list[Case]:
         return _validation_cases(self)
 
+    def battery_cases(self, threads: int) -> list[Case]:
+        from swarmfab.workloads.problem.battery import battery_cases
+
+        return battery_cases(self, threads)
+
+    def domain_baseline(self, case: Case) -> str | None:
+        """Inputs far from what ``get_inputs()`` draws are inside the problem only where
+        the file's own eager Model still answers them."""
+        dist = case.distribution
+        return "torch-eager" if dist.input_scale != 1.0 or dist.zero_prob > 0 else None
+
+    def flops(self, shape: AnyShape) -> float | None:
+        cost = self._cost(shape)
+        return None if cost is None else cost[0]
+
+    def min_bytes(self, shape: AnyShape) -> float | None:
+        cost = self._cost(shape)
+        return None if cost is None else cost[1]
+
+    def _cost(self, shape: AnyShape) -> tuple[float, float] | None:
+        if not isinstance(shape, Dims):
+            return None
+        with self._lock:
+            if shape.sizes in self._costs:
+                return self._costs[shape.sizes]
+        cost = meta_cost(self.namespace(shape))
+        with self._lock:
+            return self._costs.setdefault(shape.sizes, cost)
+
     def design_space(self) -> DesignSpace:
         from swarmfab.kernels.module import module_space
 
         return module_space(self.name, self.source)
 
 
-# per process: the module each (case state, class) was built as, so a job's calls share
-# one instance (and one compilation); the states used last are kept
+# per process: the module each (sizes, class) was built as, with the state whose weights
+# it holds, so a job's calls share one instance (and one compilation); the sizes used
+# last are kept
 MAX_STATES = 16
-_instances: dict[tuple[str, int], dict[int, torch.nn.Module]] = {}
+_instances: dict[str, dict[int, tuple[torch.nn.Module, tuple[str, int]]]] = {}
+
+
+def _on(weights: dict[str, torch.Tensor], device: torch.device | None
+        ) -> dict[str, torch.Tensor]:
+    if device is None or device.type == "cpu":
+        return weights
+    return {name: value.to(device) for name, value in weights.items()}
 
 
 def build_module(cls: Any, state: ModuleState, device: torch.device | None) -> torch.nn.Module:
@@ -290,6 +363,16 @@ def build_module(cls: Any, state: ModuleState, device: torch.device | None) -> t
     if device is not None and device.type != "cpu":
         module = module.to(device)
     return module.eval()
+
+
+def _extreme(value: torch.Tensor, dist: Distribution, gen: torch.Generator) -> torch.Tensor:
+    """An input as the case's distribution asks: scaled, some elements exactly zero."""
+    if dist.input_scale != 1.0:
+        value = value * dist.input_scale
+    if dist.zero_prob > 0:
+        keep = torch.rand(value.shape, generator=gen) >= dist.zero_prob
+        value = value * keep.to(value.dtype)
+    return value
 
 
 def _state_of(inputs: Inputs) -> ModuleState:

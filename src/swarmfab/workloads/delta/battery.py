@@ -1,0 +1,52 @@
+"""The delta rule's verification battery: the sizes, values, layouts and threads that
+real use reaches and the fast corpus does not.
+
+Every case has K = V = 128, as every Kimi Linear head does. The fast corpus stays small
+(every candidate meets it); this runs once before a candidate is crowned, exported or
+refreshed, and in ``swarmfab verify``:
+
+- sizes: a prefill of 1,024 tokens over 64 (sequence, value head) pairs with grouped
+  values (HV = 4 H), past any tile boundary at 64 and any thread partition that starts
+  above 16 pairs; a decode batch of 384 pairs updated in place in a pool;
+- values: gates of exactly 0 on a long sequence (no decay: the state only grows), a
+  share at -100 and at -inf (exp underflows to 0: an unclamped exp of a difference
+  overflows), beta exactly 0 and exactly 1;
+- layouts: q, k, v, g and beta as views into wider buffers (split from one fused
+  projection, as engines pass them) and column-major;
+- threads: one, two and the evaluator's, each call repeated and compared bit for bit.
+"""
+
+from __future__ import annotations
+
+from swarmfab.workloads._base import Case, Distribution, Shape
+
+__all__ = ["battery_cases"]
+
+_SEED = 50_000  # away from the corpus's and fuzzing's seeds
+
+
+def battery_cases(threads: int) -> list[Case]:
+    """The battery for a goal run on ``threads`` threads (the evaluator's count)."""
+    mid = Shape(B=2, T=300, H=2, HV=4, K=128, V=128, initial_state=True)
+    cases = [
+        Case("battery: prefill B4 T1024 H4/HV16 K128", Shape(4, 1024, 4, 16, 128, 128, True),
+             seed=_SEED),
+        Case("battery: decode in place, 384 pairs", Shape(96, 1, 2, 4, 128, 128, True,
+                                                          pool=128), seed=_SEED + 1),
+        Case("battery: gates exactly 0 over 1024 tokens", Shape(1, 1024, 2, 2, 128, 128),
+             Distribution(gate_fill="0"), seed=_SEED + 2),
+        Case("battery: a third of the gates -100", mid,
+             Distribution(gate_fill="-100", gate_fill_prob=0.3), seed=_SEED + 3),
+        Case("battery: a tenth of the gates -inf", mid,
+             Distribution(gate_fill="-inf", gate_fill_prob=0.1), seed=_SEED + 4),
+        Case("battery: beta exactly 0", mid, Distribution(beta_fill=0.0), seed=_SEED + 5),
+        Case("battery: beta exactly 1", mid, Distribution(beta_fill=1.0), seed=_SEED + 6),
+        Case("battery: inputs strided (views of a fused projection)", mid, seed=_SEED + 7,
+             layout="strided"),
+        Case("battery: inputs column-major", mid, seed=_SEED + 8, layout="transposed"),
+    ]
+    spread = Shape(B=3, T=256, H=4, HV=8, K=128, V=128, initial_state=True)  # 24 pairs
+    for n in sorted({1, 2, max(1, threads)}):
+        cases.append(Case(f"battery: {n} thread(s), 24 pairs", spread, seed=_SEED + 10 + n,
+                          threads=n))
+    return cases
