@@ -9,8 +9,9 @@ from swarmfab.sandbox._process import (
     scrubbed_environment,
     start_forkserver,
 )
+from swarmfab.sandbox._report import GUARANTEES, STEPS, Isolation, WeakSandboxError
 from swarmfab.sandbox._session import Channel, Session, SessionEnded, start_session
 
-__all__ = ["Channel", "JobOutcome", "JobStatus", "Limits", "Session", "SessionEnded",
-           "job_user", "run_job", "scrubbed_environment", "start_forkserver",
-           "start_session"]
+__all__ = ["GUARANTEES", "STEPS", "Channel", "Isolation", "JobOutcome", "JobStatus", "Limits",
+           "Session", "SessionEnded", "WeakSandboxError", "job_user", "run_job",
+           "scrubbed_environment", "start_forkserver", "start_session"]

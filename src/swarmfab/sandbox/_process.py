@@ -12,11 +12,17 @@ directories) is derived again in each job.
 In the child, before the job runs: its own session (the whole process group is killed
 afterwards), no core dumps, CPU-time, file-size and address-space limits, stdout and
 stderr captured to a capped file, a private working directory holding only the files
-staged for the job, an environment scrubbed of credentials, a seccomp filter that
-forbids new processes and non-Unix sockets (where libseccomp is present), and as root a
-private network namespace, a read-only view of every file system but the working
-directory and, when the installed code is world-readable, the
-unprivileged user ``nobody`` with a cap on processes.
+staged for the job, an environment scrubbed of credentials, then the isolation steps
+(:mod:`._isolation`): a private network namespace and a read-only view of every file
+system but the working directory (as root, or in a user namespace of the job's own),
+the unprivileged user ``nobody`` with a cap on processes (as root, when the installed
+code is world-readable), no capabilities, Landlock (reads of the system, the Python and
+the job's directory only; writes to the job's directory only; no TCP) and a seccomp
+filter that forbids new processes and non-Unix sockets (where libseccomp is present).
+Each step says whether it took effect; the child sends what they add up to
+(:class:`~swarmfab.sandbox.Isolation`) before the job runs, and every outcome carries it.
+A job marked ``strict`` (untrusted code) is not run where a guarantee it needs is
+missing: :class:`~swarmfab.sandbox.WeakSandboxError`.
 A job that hangs is killed at its wall-clock limit; one that dies by a signal is
 reported with the signal's name and the tail of its output. The parent goes on.
 """
@@ -42,21 +48,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from swarmfab.errors import SandboxError
 from swarmfab.sandbox import _wire
-from swarmfab.sandbox._isolation import (
-    can_read,
-    confine_filesystem,
-    drop_privileges,
-    forbid_processes_and_sockets,
-    isolate_network,
-    job_user,
-)
+from swarmfab.sandbox._isolation import can_read, job_user
+from swarmfab.sandbox._report import Isolation
+from swarmfab.sandbox._steps import ISOLATION, isolate, read_isolation, refuse_weak
 
 __all__ = ["JobOutcome", "JobStatus", "Limits", "job_user", "run_job", "scrubbed_environment",
-           "start_forkserver"]
+           "start_forkserver", "with_links_readable"]
 
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE_URL|DSN|AUTH", re.I)
 _PRELOAD = ["numpy", "torch", "swarmfab.evaluation._worker"]
@@ -96,9 +97,17 @@ class Limits:
     # the job may write besides its own, and variables set in its environment
     writable: tuple[str, ...] = ()
     environment: tuple[tuple[str, str], ...] = ()
+    # what the job reads besides the system, its Python and its own directory (Landlock
+    # refuses the rest); run_job adds the files it links
+    readable: tuple[str, ...] = ()
     # a job that drives a GPU: /proc stays writable, its kernel tunables read-only (the
     # driver fails to start under a read-only /proc; see confine_filesystem)
     device_driver: bool = False
+    # untrusted code: not run unless every guarantee it needs holds (WeakSandboxError)
+    strict: bool = False
+    # the user lets untrusted code run where the sandbox holds only in part
+    # (--allow-weak-sandbox): whoever marks jobs strict (the evaluator) marks none
+    allow_weak: bool = False
 
     def for_device(self, device: str) -> Limits:
         """These limits for a job that drives ``device``: on CUDA no address-space limit
@@ -114,6 +123,7 @@ class JobOutcome:
     value: Any = None
     detail: str = ""
     output_tail: str = ""
+    isolation: Isolation | None = None  # what held in the job's process (None: unknown)
 
 
 def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -159,8 +169,8 @@ def _cpu_build() -> bool:
     return torch.version.cuda is None and torch.version.hip is None
 
 
-def _confine(limits: Limits, workdir: Path, environ: Mapping[str, str]) -> None:
-    """Everything the child does to itself before the job's code runs."""
+def _confine(limits: Limits, workdir: Path, environ: Mapping[str, str]) -> Isolation:
+    """Everything the child does to itself before the job's code runs; what held."""
     os.setsid()
     if limits.cores:
         os.sched_setaffinity(0, limits.cores)
@@ -191,12 +201,9 @@ def _confine(limits: Limits, workdir: Path, environ: Mapping[str, str]) -> None:
     os.environ.update(dict(limits.environment))
     tempfile.tempdir = None  # forget a temporary directory chosen before the job
     _rederive_compiler_config(workdir)
-    if limits.isolate:
-        isolate_network()
-        confine_filesystem(workdir, writable=tuple(Path(p) for p in limits.writable),
-                           device_driver=limits.device_driver)
-        drop_privileges(workdir, limits.max_processes)
-        forbid_processes_and_sockets(allow_processes=limits.allow_processes)
+    if not limits.isolate:
+        return Isolation.off()
+    return isolate(limits, workdir)
 
 
 def _rederive_compiler_config(workdir: Path) -> None:
@@ -227,10 +234,7 @@ def _child(
     workdir: Path,
     environ: dict[str, str],
 ) -> None:
-    try:
-        _confine(limits, workdir, environ)
-    except BaseException as exc:  # e.g. the parent gave up and removed the directory
-        _answer(conn, (JobStatus.ERROR, f"the sandbox could not be set up: {exc!r}"))
+    _confined(conn, limits, workdir, environ)
     try:
         message: tuple[JobStatus, Any] = (JobStatus.OK, job(*args))
     except BaseException as exc:  # the job's failure becomes a reported outcome
@@ -238,7 +242,23 @@ def _child(
     _answer(conn, message)
 
 
-def _answer(conn: multiprocessing.connection.Connection, message: tuple[JobStatus, Any]) -> None:
+def _confined(conn: multiprocessing.connection.Connection, limits: Limits, workdir: Path,
+              environ: dict[str, str]) -> None:
+    """Confine this child and tell the parent what held, before any of the job's code
+    runs; a child that cannot, or that is ``strict`` where isolation is weak, answers at
+    once and exits (the job never runs)."""
+    try:
+        isolation = _confine(limits, workdir, environ)
+    except BaseException as exc:  # e.g. the parent gave up and removed the directory
+        _answer(conn, (JobStatus.ERROR, f"the sandbox could not be set up: {exc!r}"))
+    with contextlib.suppress(BaseException):
+        conn.send_bytes(_wire.dumps((ISOLATION, isolation)))
+    if limits.strict and isolation.level != "full":
+        _answer(conn, (JobStatus.ERROR, isolation.refusal()))
+
+
+def _answer(conn: multiprocessing.connection.Connection,
+            message: tuple[JobStatus, Any]) -> NoReturn:
     """Send the outcome and exit at once: no interpreter teardown, so nothing the
     candidate registered runs; a parent that is gone is no reason for a traceback."""
     status, value = message
@@ -279,13 +299,21 @@ def run_job(
     as copies where the job's user could not read them in place.
     Setting ``cancel`` kills the job and ends it as ``cancelled``.
     """
-    limits = limits or Limits()
+    limits = with_links_readable(limits or Limits(), links)
     workdir = _job_directory()
     try:
         _stage_files(workdir, stage, links, limits)
         return _supervise(job, args, limits, workdir, cancel, records, expect)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def with_links_readable(limits: Limits, links: Mapping[str, Path] | None) -> Limits:
+    """``limits`` with what ``links`` point to readable (Landlock reads no more)."""
+    if not links:
+        return limits
+    targets = tuple(str(Path(source).resolve()) for source in links.values())
+    return dataclasses.replace(limits, readable=(*limits.readable, *targets))
 
 
 def _job_directory() -> Path:
@@ -352,34 +380,50 @@ def _supervise(
     )
     start(process)
     sender.close()
+    isolation: Isolation | None = None
     try:
-        if _answered(receiver, limits.wall_s, cancel):
+        deadline = time.monotonic() + limits.wall_s
+        while _answered(receiver, deadline - time.monotonic(), cancel):
             try:
                 data = receiver.recv_bytes(_MAX_ANSWER_BYTES)
             except (EOFError, OSError):
                 process.join(5)
-                return _died(process, workdir)
+                return _held(_died(process, workdir), isolation)
+            if isolation is None and (isolation := read_isolation(data)) is not None:
+                refuse_weak(isolation, limits)
+                continue
             process.join(10)
-            try:
-                status, value = _read_answer(data, records)
-            except _wire.AnswerError as exc:
-                return JobOutcome(JobStatus.ERROR, detail=f"its answer was refused: {exc}",
-                                  output_tail=_tail(workdir))
-            if status is not JobStatus.OK:
-                return JobOutcome(JobStatus.ERROR, detail=str(value), output_tail=_tail(workdir))
-            if expect is not None and not expect(value):
-                return JobOutcome(JobStatus.ERROR, detail="its answer was refused: it is not "
-                                  "what the job returns", output_tail=_tail(workdir))
-            return JobOutcome(JobStatus.OK, value)
+            return _held(_judged(data, records, expect, workdir), isolation)
         if cancel is not None and cancel.is_set():
-            return JobOutcome(JobStatus.CANCELLED, detail="cancelled by the parent")
+            return JobOutcome(JobStatus.CANCELLED, detail="cancelled by the parent",
+                              isolation=isolation)
         if _exited(process):
-            return _died(process, workdir)
+            return _held(_died(process, workdir), isolation)
         return JobOutcome(JobStatus.TIMED_OUT, detail=f"no answer within {limits.wall_s:.0f} s",
-                          output_tail=_tail(workdir))
+                          output_tail=_tail(workdir), isolation=isolation)
     finally:
         _kill_group(process)
         receiver.close()
+
+
+def _judged(data: bytes, records: tuple[type, ...], expect: Callable[[Any], bool] | None,
+            workdir: Path) -> JobOutcome:
+    """The outcome a job's answer makes."""
+    try:
+        status, value = _read_answer(data, records)
+    except _wire.AnswerError as exc:
+        return JobOutcome(JobStatus.ERROR, detail=f"its answer was refused: {exc}",
+                          output_tail=_tail(workdir))
+    if status is not JobStatus.OK:
+        return JobOutcome(JobStatus.ERROR, detail=str(value), output_tail=_tail(workdir))
+    if expect is not None and not expect(value):
+        return JobOutcome(JobStatus.ERROR, detail="its answer was refused: it is not "
+                          "what the job returns", output_tail=_tail(workdir))
+    return JobOutcome(JobStatus.OK, value)
+
+
+def _held(outcome: JobOutcome, isolation: Isolation | None) -> JobOutcome:
+    return dataclasses.replace(outcome, isolation=isolation)
 
 
 # an answer longer than this is refused unread (the parent would hold it whole)
@@ -397,6 +441,7 @@ def _read_answer(data: bytes, records: tuple[type, ...]) -> tuple[JobStatus, Any
 def _answered(receiver: multiprocessing.connection.Connection, wall_s: float,
               cancel: threading.Event | None) -> bool:
     """Wait for the child's answer until ``wall_s`` has passed or ``cancel`` is set."""
+    wall_s = max(0.0, wall_s)
     if cancel is None:
         return receiver.poll(wall_s)
     deadline = time.monotonic() + wall_s

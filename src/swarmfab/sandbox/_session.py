@@ -16,6 +16,7 @@ carries the :class:`~swarmfab.sandbox.JobOutcome` that ``run_job`` would have re
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing.connection
 import os
 import shutil
@@ -26,8 +27,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
-from swarmfab.sandbox import _process, _wire
+from swarmfab.sandbox import _process, _steps, _wire
 from swarmfab.sandbox._process import JobOutcome, JobStatus, Limits
+from swarmfab.sandbox._report import Isolation
 
 __all__ = ["Channel", "Session", "SessionEnded", "start_session"]
 
@@ -57,10 +59,7 @@ def _session_child(
     conn: multiprocessing.connection.Connection, job: Callable[..., Any],
     args: tuple[Any, ...], limits: Limits, workdir: Path, environ: dict[str, str],
 ) -> None:
-    try:
-        _process._confine(limits, workdir, environ)
-    except BaseException as exc:
-        _process._answer(conn, (JobStatus.ERROR, f"the sandbox could not be set up: {exc!r}"))
+    _process._confined(conn, limits, workdir, environ)
     try:
         message: tuple[JobStatus, Any] = (JobStatus.OK, job(Channel(conn), *args))
     except BaseException as exc:  # the job's failure becomes the session's end
@@ -77,6 +76,7 @@ class Session:
                  name: str):
         self._limits, self._workdir, self._cancel = limits, workdir, cancel
         self._records, self.name = records, name
+        self._isolation: Isolation | None = None
         self._deadline = time.monotonic() + limits.wall_s
         context = _process._context()
         self._conn, child_end = context.Pipe(duplex=True)
@@ -89,6 +89,11 @@ class Session:
     @property
     def pid(self) -> int | None:
         return self._process.pid
+
+    @property
+    def isolation(self) -> Isolation | None:
+        """What held in the job's process (None until its first reply is read)."""
+        return self._isolation
 
     def ask(self, request: Any) -> Any:
         """Send ``request`` and return the job's reply."""
@@ -103,15 +108,18 @@ class Session:
             self._end(self._ended())
 
     def reply(self) -> Any:
-        """The job's next reply (to a request already sent)."""
-        left = self._deadline - time.monotonic()
-        if left <= 0 or not _process._answered(self._conn, left, self._cancel):
-            self._end(self._ended())
-        try:
-            data = self._conn.recv_bytes(_process._MAX_ANSWER_BYTES)
-        except (EOFError, OSError):
-            self._process.join(5)
-            self._end(_process._died(self._process, self._workdir))
+        """The job's next reply (to a request already sent). The first read takes the
+        isolation message first: a strict session whose isolation is weak is closed and
+        raises :class:`~swarmfab.sandbox.WeakSandboxError`."""
+        data = self._receive()
+        if self._isolation is None and (isolation := _steps.read_isolation(data)):
+            self._isolation = isolation
+            try:
+                _steps.refuse_weak(isolation, self._limits)
+            except Exception:
+                self.close()
+                raise
+            data = self._receive()
         try:
             status, value = _process._read_answer(data, self._records)
         except _wire.AnswerError as exc:
@@ -121,6 +129,16 @@ class Session:
             self._end(JobOutcome(JobStatus.ERROR, detail=str(value),
                                  output_tail=_process._tail(self._workdir)))
         return value
+
+    def _receive(self) -> bytes:
+        left = self._deadline - time.monotonic()
+        if left <= 0 or not _process._answered(self._conn, left, self._cancel):
+            self._end(self._ended())
+        try:
+            return self._conn.recv_bytes(_process._MAX_ANSWER_BYTES)
+        except (EOFError, OSError):
+            self._process.join(5)
+            self._end(_process._died(self._process, self._workdir))
 
     def _ended(self) -> JobOutcome:
         if self._cancel is not None and self._cancel.is_set():
@@ -135,7 +153,7 @@ class Session:
         if self.name:
             outcome = JobOutcome(outcome.status, outcome.value,
                                  f"{self.name}'s process: {outcome.detail}", outcome.output_tail)
-        raise SessionEnded(outcome)
+        raise SessionEnded(dataclasses.replace(outcome, isolation=self._isolation))
 
     def close(self) -> None:
         _process._kill_group(self._process)
@@ -159,7 +177,7 @@ def start_session(
     ``cancel`` and ``records`` as for :func:`~swarmfab.sandbox.run_job`. The wall-clock
     limit bounds the whole session; ``name`` prefixes how it ended ("NAME's process:
     ...")."""
-    limits = limits or Limits()
+    limits = _process.with_links_readable(limits or Limits(), links)
     workdir = _process._job_directory()
     try:
         _process._stage_files(workdir, stage, links, limits)

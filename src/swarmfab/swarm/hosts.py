@@ -145,8 +145,11 @@ def host_peaks(
 def _measure(threads: int, device: str, limits: Limits | None) -> HostPeaks:
     with tempfile.TemporaryDirectory(prefix="swarmfab-peaks-") as scratch:
         library = build_fma_library(Path(scratch)) if device == "cpu" else None
-        outcome = run_job(measure_peaks, threads, device, library, limits=limits,
-                          records=(HostPeaks,), expect=lambda value: isinstance(value, HostPeaks))
+        # a copy in the job's own directory: the user the job runs as may not enter scratch
+        stage = {"fma_peak.so": Path(library)} if library else {}
+        outcome = run_job(measure_peaks, threads, device, library and "./fma_peak.so",
+                          limits=limits, stage=stage, records=(HostPeaks,),
+                          expect=lambda value: isinstance(value, HostPeaks))
     if outcome.status is not JobStatus.OK:
         raise MeasurementError(f"measuring this host's peaks failed: {outcome.detail}")
     measured: HostPeaks = outcome.value
