@@ -79,7 +79,9 @@ def verify(
     evaluator = evaluator_for(goal, workdir, store)
     drawn = draw_cases(evaluator.workload, random.Random(seed), fuzz)
     battery = [] if fast else evaluator.battery.cases()
-    verdict = evaluator.verify(candidate, [*evaluator.cases, *drawn, *battery])
+    verdict = evaluator.verify(candidate, [*evaluator.cases, *drawn])
+    if verdict.status is Status.ACCEPTED and battery:  # the second tier, once the first holds
+        verdict = evaluator.verify_battery(candidate, verdict)
     failed = verdict.failed_check
     found = evaluator.case_of(failed, [*drawn, *battery]) if failed else None
     origin = "battery" if found is not None and found.name in {c.name for c in battery} \

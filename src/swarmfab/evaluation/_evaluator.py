@@ -289,8 +289,20 @@ class Evaluator:
 
     def verify_battery(self, candidate: Candidate) -> Verdict:
         """The second tier: the workload's battery (real sizes, extreme values, other
-        layouts and thread counts), each case with the probes."""
-        return self.verify(candidate, self.battery.cases())
+        layouts and thread counts), each case with the probes. With ``fast``, the first
+        tier's verdict on the same candidate, the two read as one verdict."""
+        cases = self.battery.cases()
+        verdict = self.verify(candidate, cases)
+        if fast is None:
+            return verdict
+        checks = (*fast.checks, *verdict.checks)
+        elapsed = fast.elapsed_s + verdict.elapsed_s
+        if verdict.status is not Status.ACCEPTED:
+            return dataclasses.replace(verdict, checks=checks, elapsed_s=elapsed)
+        known = len({check.case.split(" (")[0] for check in checks})
+        return dataclasses.replace(verdict, checks=checks, elapsed_s=elapsed,
+                                   reason=f"correct on {known} cases ({len(cases)} of them "
+                                          "the battery's)")
 
     def evaluate(
         self, candidate: Candidate, incumbents: dict[str, Implementation],

@@ -451,7 +451,7 @@ class Run:
         verdict = self.evaluator.verify_battery(candidate)
         self.battery_s += time.monotonic() - began
         if verdict.status is Status.ACCEPTED:
-            return GateDecision(True, f"passed the battery ({verdict.reason})")
+            return GateDecision(True, f"passed the battery: {verdict.reason}")
         reason = f"fails the verification battery: {verdict.reason}"
         self.store.demote(run_id, candidate.id, reason)
         self.blackboard.publish("battery-failed", f"{candidate.id}: {reason}")
