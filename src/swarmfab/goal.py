@@ -181,6 +181,9 @@ class Goal(_Strict):
     seed: Annotated[int, Field(ge=0)] = 0
     eval_timeout_s: Annotated[float, Field(alias="eval_timeout", gt=0)] = 120.0
     tolerance: Tolerance = Tolerance()
+    # untrusted code (an LLM's or a user's candidate) may run where the sandbox holds only
+    # in part (`swarmfab doctor` says what holds here); each verdict records what held
+    allow_weak_sandbox: bool = False
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -16,6 +16,7 @@ __all__ = [
     "Candidate",
     "CheckResult",
     "Estimate",
+    "Isolation",
     "Lesson",
     "ShapeTiming",
     "Status",
@@ -122,8 +123,41 @@ class ShapeTiming:
 
 
 @dataclass(frozen=True, slots=True)
+class Isolation:
+    """How the sandbox held where a candidate's code ran (``swarmfab.sandbox``): the
+    level ("full": every guarantee the job needed held; "partial"; "none"; "off": no
+    isolation was asked for), the steps that took effect and those that did not, and
+    the guarantees that were missing. An empty level: not recorded (the candidate never
+    ran, or the verdict predates the record)."""
+
+    level: str = ""
+    held: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line: the level, what was missing, what held and what did not."""
+        if not self.level:
+            return "not recorded"
+        parts = [self.level]
+        if self.missing:
+            parts.append(f"missing: {', '.join(self.missing)}")
+        if self.held:
+            parts.append(f"held: {', '.join(self.held)}")
+        if self.failed:
+            parts.append(f"did not hold: {', '.join(self.failed)}")
+        return "; ".join(parts)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Isolation:
+        return Isolation(str(data.get("level", "")), *(tuple(data.get(key, ())) for key in
+                                                          ("held", "failed", "missing")))
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
-    """The outcome of evaluating one candidate."""
+    """The outcome of evaluating one candidate; ``isolation``: how the sandbox held where
+    its code ran."""
 
     candidate_id: str
     status: Status
@@ -132,6 +166,7 @@ class Verdict:
     timings: tuple[ShapeTiming, ...] = ()
     elapsed_s: float = 0.0
     diagnostics: tuple[str, ...] = ()
+    isolation: Isolation = field(default_factory=Isolation)
 
     @property
     def failed_check(self) -> CheckResult | None:
@@ -160,6 +195,7 @@ class Verdict:
             reason=data["reason"], checks=tuple(CheckResult(**c) for c in data.get("checks", ())),
             timings=timings, elapsed_s=data.get("elapsed_s", 0.0),
             diagnostics=tuple(data.get("diagnostics", ())),
+            isolation=Isolation.from_dict(data.get("isolation") or {}),
         )
 
 

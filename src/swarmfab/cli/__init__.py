@@ -2,7 +2,7 @@
 
 ``run`` (run, resume), ``bench`` (verify, bench, bench-policy), ``show`` (show, report,
 runs, export), ``serve`` (serve, loadgen, dashboard), ``suite``, ``refresh``, ``peaks``,
-``corpus``, ``lessons``; ``engine`` runs an engine goal for ``run`` and ``resume``;
+``corpus``, ``lessons``, ``doctor``; ``engine`` runs an engine goal for ``run`` and ``resume``;
 ``_common`` holds what they share. A command parses, calls one function below the
 command layer, and prints; nothing outside this package imports it. Each module imports
 torch, pydantic or the store only inside the commands that need them, so
@@ -18,6 +18,7 @@ import typer
 from swarmfab.cli._common import STARTED
 from swarmfab.cli.bench import bench, bench_policy, verify
 from swarmfab.cli.corpus import corpus_app
+from swarmfab.cli.doctor import doctor
 from swarmfab.cli.lessons import lessons
 from swarmfab.cli.peaks import peaks
 from swarmfab.cli.refresh import refresh
@@ -75,5 +76,6 @@ app.command()(serve)
 app.command()(loadgen)
 app.command("bench-policy")(bench_policy)
 app.command()(suite)
+app.command()(doctor)
 app.add_typer(corpus_app, name="corpus")
 

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from swarmfab.knowledge import Store
     from swarmfab.workloads import Shape
 
-__all__ = ["DB_ENV", "DEFAULT_DB", "STARTED", "DbOption", "JsonOption", "LlmApiKeyEnvOption",
+__all__ = ["DB_ENV", "DEFAULT_DB", "STARTED", "AllowWeakSandboxOption", "DbOption", "JsonOption",
+           "LlmApiKeyEnvOption",
            "LlmBaseUrlOption", "LlmBudgetTokensOption", "LlmBudgetUsdOption",
            "LlmModelOption", "LlmPriceInputOption", "LlmPriceOutputOption",
            "LlmProviderOption", "command_started",
@@ -46,6 +47,10 @@ DB_ENV = "SWARMFAB_DB"
 DbOption = Annotated[str, typer.Option(
     "--db", envvar=DB_ENV, help="SQLite path or SQLAlchemy URL of the store.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+AllowWeakSandboxOption = Annotated[bool, typer.Option(
+    "--allow-weak-sandbox",
+    help="Run untrusted candidates (an LLM's, a file's) even where the sandbox holds only in "
+         "part here (see `swarmfab doctor`); each verdict records what held.")]
 # where LLM agents get their model (run, suite): each overrides the goal's [llm] table
 LlmProviderOption = Annotated[str | None, typer.Option(
     help="openai (any compatible server) or anthropic.")]

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from swarmfab.cli._common import (
     DEFAULT_DB,
+    AllowWeakSandboxOption,
     DbOption,
     JsonOption,
     console,
@@ -49,6 +50,7 @@ def verify(
     dtype: DtypeOption = "float32",
     db: DbOption = DEFAULT_DB,
     workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
+    allow_weak_sandbox: AllowWeakSandboxOption = False,
 ) -> None:
     """Verify a candidate file: corpus, fuzzing, the battery, anti-cheat probes. Exit 0
     if accepted.
@@ -74,7 +76,8 @@ def verify(
     # so compile errors are reported, and loading says why it cannot run)
     on_gpu = get_backend(candidate.backend).device == "cuda" and cuda_device_available()
     goal = default_goal(workload).with_overrides(threads=threads, dtype=dtype,
-                                                 device="cuda" if on_gpu else None)
+                                                 device="cuda" if on_gpu else None,
+                                                 allow_weak_sandbox=allow_weak_sandbox or None)
     store = Store(db)
     evaluator = evaluator_for(goal, workdir, store)
     drawn = draw_cases(evaluator.workload, random.Random(seed), fuzz)
@@ -155,6 +158,7 @@ def bench(
         help="Time the candidate against a copy of itself, as a run's evaluations time a "
              "candidate against its incumbent (an A/A check of this host's timing); exit "
              "1 if any shape reads faster or slower.")] = False,
+    allow_weak_sandbox: AllowWeakSandboxOption = False,
 ) -> None:
     """Time baselines (and a candidate) side by side: medians, CIs, speedups, roofline."""
     from swarmfab.backends import get_backend
@@ -168,7 +172,8 @@ def bench(
     from swarmfab.swarm.launch import evaluator_for, require_device
     from swarmfab.workloads import get_workload
 
-    goal = default_goal(workload).with_overrides(threads=threads, device=device, dtype=dtype)
+    goal = default_goal(workload).with_overrides(threads=threads, device=device, dtype=dtype,
+                                                 allow_weak_sandbox=allow_weak_sandbox or None)
     require_device(goal.device)
     shapes = [parse_shape(s) for s in shape] if shape else None
     spec = get_workload(goal.workload)
@@ -199,7 +204,8 @@ def bench(
         if against_itself:
             _against_itself(evaluator, chosen, workload, as_json)
             return
-        contenders.append(Implementation("candidate", artifact=evaluator.build(chosen)))
+        contenders.append(Implementation("candidate", artifact=evaluator.build(chosen),
+                                         source=chosen))
     contenders += [Implementation(n, baseline=n) for n in names]
     flush = 2 * last_level_cache_bytes() if cold else 0
     tables = evaluator.side_by_side(contenders, dataclasses.replace(CONFIRMATION,

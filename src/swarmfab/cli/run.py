@@ -11,6 +11,7 @@ import typer
 
 from swarmfab.cli._common import (
     DEFAULT_DB,
+    AllowWeakSandboxOption,
     DbOption,
     LlmApiKeyEnvOption,
     LlmBaseUrlOption,
@@ -169,6 +170,7 @@ def run(
     no_lessons: NoLessonsOption = False,
     fail_if_no_champion: FailIfNoChampionOption = False,
     sizes: SizesOption = "auto",
+    allow_weak_sandbox: AllowWeakSandboxOption = False,
 ) -> None:
     """Optimise a workload: agents propose, every candidate is verified and benchmarked.
 
@@ -185,7 +187,7 @@ def run(
 
         refuse_for_engine({"--workers": workers is not None, "--executor": executor != "local",
                            "--address": address != "auto", "--agents": agents is not None,
-                           "--sizes": sizes != "auto",
+                           "--sizes": sizes != "auto", "--allow-weak-sandbox": allow_weak_sandbox,
                            **{_flag(key): value is not None for key, value in llm.items()}})
         run_engine(Path(target), budget=budget, db=db, workdir=workdir, seed=seed,
                    threads=threads, max_evaluations=max_evaluations,
@@ -196,6 +198,8 @@ def run(
     kinds = [kind.strip() for kind in agents.split(",") if kind.strip()] if agents else None
     goal = load_target(target, budget=budget, threads=threads, seed=seed,
                        max_evaluations=max_evaluations, workers=workers, agents=kinds, llm=llm)
+    if allow_weak_sandbox:
+        goal = goal.with_overrides(allow_weak_sandbox=True)
     refuse_llm_without_agents(llm, goal.agents)  # all checked before a problem is sized
     factory = _executor_factory(executor, address)
     goal = sized_for_host(goal, sizes, say)

@@ -27,6 +27,7 @@ def report(
     """Summarise a run from the store: verdicts by status, champion lineage, final figures."""
     from swarmfab.knowledge import Store
     from swarmfab.report import run_table
+    from swarmfab.report.isolation import isolation_summary
 
     store = Store(db)
     if out is not None:
@@ -36,22 +37,26 @@ def report(
         console.print(f"report written to {written}", highlight=False)
         return
     record = store.run(run_id)
+    judged = store.verdicts(record.id)
     verdicts: list[dict[str, Any]] = [
         {"candidate": row.candidate_id, "agent": row.agent, "status": row.status,
-         "reason": row.reason, "champion": row.became_champion}
-        for row, _ in store.verdicts(record.id)
+         "reason": row.reason, "champion": row.became_champion,
+         "isolation": verdict.isolation.level or None}
+        for row, verdict in judged
     ]
     counts = store.status_counts(record.id)
+    isolation = isolation_summary(verdict for _, verdict in judged)
     if as_json:
         data = {
             "run": record.id, "workload": record.workload, "status": record.status,
             "started_at": str(record.started_at), "finished_at": str(record.finished_at),
             "counts": counts, "champion": record.champion_id, "summary": record.summary,
-            "verdicts": verdicts,
+            "isolation": isolation, "verdicts": verdicts,
         }
         print(json.dumps(data, indent=2, default=str))
         return
     console.print(f"run {record.id} ({record.workload}): {record.status}; verdicts {counts}")
+    console.print(f"isolation: {isolation['describe']}", highlight=False, markup=False)
     for entry in verdicts:
         crown = " (champion)" if entry["champion"] else ""
         console.print(f"  {entry['candidate'][:10]} {entry['agent']:<20} {entry['status']:<12} "
@@ -70,11 +75,13 @@ def show(
     from collections import Counter
 
     from swarmfab.knowledge import Store
+    from swarmfab.report.isolation import isolation_summary
     from swarmfab.report.llm import summarise_events
 
     store = Store(db)
     record = store.run(run_id)
-    rows = [row for row, _ in store.verdicts(record.id)]
+    judged = store.verdicts(record.id)
+    rows = [row for row, _ in judged]
     rejected = [row for row in rows if row.status != "accepted"]
     data = {
         "run": record.id, "workload": record.workload, "status": record.status,
@@ -87,6 +94,7 @@ def show(
         "by_status": dict(Counter(row.status for row in rows)),
         "by_agent": dict(Counter(row.agent for row in rows)),
         "by_reject_reason": dict(Counter(row.reason.split(":")[0] for row in rejected)),
+        "isolation": isolation_summary(verdict for _, verdict in judged),
         "interventions": [detail for _, detail in store.events(record.id, "intervention")],
         "events": [{"kind": kind, "detail": detail} for kind, detail in store.events(record.id)],
         "llm": summarise_events(store.events(record.id)),
@@ -112,6 +120,7 @@ def show(
     lines += [(key, data[key]) for key in ("verdicts", "by_status", "by_agent",
                                            "by_reject_reason", "interventions", "llm")
               if data[key] is not None]
+    lines += [("isolation", data["isolation"]["describe"])]
     for key, value in lines:
         console.print(f"{key:>17}{':' if key else ' '} {value}", highlight=False, markup=False)
 

@@ -24,7 +24,7 @@ from swarmfab.evaluation import _conductor as conductor
 from swarmfab.evaluation._battery import Battery
 from swarmfab.evaluation._bound import MEMORY_STREAM, bound_seconds, memory_bound
 from swarmfab.evaluation._cores import CoreBroker, pinned_thread
-from swarmfab.evaluation._limits import job_limits, warm_start
+from swarmfab.evaluation._limits import held, job_limits, warm_start
 from swarmfab.evaluation._outcomes import (
     accepted_summary,
     build_failed,
@@ -322,8 +322,8 @@ class Evaluator:
         verdict = self._verify_cases(candidate, artifact, started, [*self.cases, *extra_cases])
         if verdict.status is not Status.ACCEPTED:
             return verdict
-        return self._benchmark(candidate, artifact, incumbents, verdict.checks, started,
-                               beside)
+        return held(self._benchmark(candidate, artifact, incumbents, verdict.checks, started,
+                                    beside), verdict)
 
     def rematch(self, candidate: Candidate, incumbents: dict[str, Implementation]) -> Verdict:
         """Time an already verified candidate again, against other incumbents (the
@@ -341,7 +341,7 @@ class Evaluator:
         verified: tuple[CheckResult, ...], started: float,
         beside: Mapping[str, Sequence[str]] | None = None,
     ) -> Verdict:
-        mine = Implementation("candidate", artifact=artifact)
+        mine = Implementation("candidate", artifact=artifact, source=candidate)
         beside = beside or {}
         plan = [(case, self._with_stream(case, [
                     incumbents[case.shape.label],
@@ -477,15 +477,15 @@ class Evaluator:
         # repeat
         with self.cores.lease(self.threads) as cores, ThreadPoolExecutor(max_workers=1) as pool:
             references = pool.submit(self._pinned, cores, self.references.compute, cases)
+            mine = Implementation("candidate", artifact, source=candidate)
             outcome = self._job(run_cases, self._job_workload, staged, cases, self.threads,
-                                self.device,
-                                limits=self._limits_for([Implementation("candidate", artifact)]),
+                                self.device, limits=self._limits_for([mine]),
                                 stage={str(staged.path): artifact.path, **self._stage},
                                 cores=cores)
             references.result()
             try:
                 with pinned_thread(cores):  # comparing is verification work: on the lease
-                    return self._judge_cases(candidate, outcome, cases, started)
+                    return held(self._judge_cases(candidate, outcome, cases, started), outcome)
             finally:
                 self.references.forget(cases)
 

@@ -7,6 +7,12 @@ fla's sessions, trusted code, share one Triton cache across jobs, writable to th
 On a CUDA device no address-space limit is set (the driver reserves far more virtual
 memory than it uses) and /proc stays writable (the driver writes there; its kernel
 tunables stay read-only).
+
+A job that runs untrusted code (a candidate an LLM wrote or a user gave, or a champion
+born of one) is strict: it does not run where the sandbox holds only in part, unless the
+user allowed that (``Limits.allow_weak``, ``--allow-weak-sandbox``). A candidate rendered
+from a built-in template (it carries the knob settings it was rendered from) and the
+baselines run with what holds; every verdict records what that was (:func:`held`).
 """
 
 from __future__ import annotations
@@ -17,10 +23,11 @@ from pathlib import Path
 from swarmfab.backends import get_backend
 from swarmfab.evaluation._inductor_base import base_cache, linked_headers, staged_base
 from swarmfab.evaluation._worker import Implementation
-from swarmfab.sandbox import Limits, job_user
+from swarmfab.records import Candidate, Isolation, Verdict
+from swarmfab.sandbox import JobOutcome, Limits, job_user
 from swarmfab.workloads import Workload
 
-__all__ = ["TRUSTED_TRITON_CACHE", "job_limits", "warm_start"]
+__all__ = ["TRUSTED_TRITON_CACHE", "held", "job_limits", "trusted", "warm_start"]
 
 TRUSTED_TRITON_CACHE = "triton-trusted"  # under the build cache: fla's compiled kernels
 COMPILING_WALL_S = 600.0  # a job that compiles at its first call gets at least this
@@ -30,7 +37,8 @@ COMPILING_FILE_BYTES = 2**31
 def job_limits(base: Limits, device: str, workload: Workload, cache_dir: Path,
                implementations: list[Implementation]) -> Limits:
     """The limits of a job (or session) that runs ``implementations``."""
-    limits = base.for_device(device)
+    limits = dataclasses.replace(base.for_device(device), strict=not base.allow_weak and any(
+        impl.artifact is not None and not trusted(impl.source) for impl in implementations))
     compiling = workload.compiling_baselines | workload.jit_baselines
     if not any(impl.baseline in compiling or (
             impl.artifact is not None and get_backend(impl.artifact.backend).needs_processes)
@@ -64,3 +72,22 @@ def warm_start(limits: Limits, device: str, cache_dir: Path, cores: tuple[int, .
         return stage, {}
     base = base_cache(cache_dir, cores)
     return {**staged_base(base), **stage}, linked_headers(base, job_user(limits.isolate))
+
+
+def trusted(candidate: Candidate | None) -> bool:
+    """Whether a candidate's code is ours: rendered from a built-in design space's
+    template, it carries the knob settings it was rendered from (an LLM's edit or a
+    user's file carries none; an artifact whose candidate is unknown is not trusted)."""
+    return candidate is not None and bool(candidate.knobs)
+
+
+def held(verdict: Verdict, source: JobOutcome | Verdict) -> Verdict:
+    """``verdict`` with the isolation its candidate's code ran under: the job's that ran
+    it, or the one an earlier verdict on the same code recorded."""
+    if isinstance(source, Verdict):
+        return dataclasses.replace(verdict, isolation=source.isolation)
+    if source.isolation is None:
+        return verdict
+    found = source.isolation
+    return dataclasses.replace(verdict, isolation=Isolation(found.level, found.held,
+                                                            found.failed, found.missing))

@@ -14,14 +14,22 @@ forbidden and allowed (what a Triton job gets), as a CPU job and as a CUDA job (
 ``--mounts`` narrows a read-only file system that stops CUDA down to the mounts: each
 mount point is made read-only alone, in a child of its own, and CUDA tried; then the
 sandbox's file-system step is tried with the mounts found left writable.
+
+:func:`isolation_here` (``swarmfab doctor``) confines a child exactly as a job is
+confined, as this user or, from root, as an ordinary one, and tries what a hostile
+candidate would: write outside its directory, read the user's home, open a socket,
+start a process.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import functools
 import json
 import os
+import pwd
 import re
 import runpy
 import shutil
@@ -42,7 +50,8 @@ from swarmfab.sandbox._isolation import (
     read_only_alone,
 )
 
-__all__ = ["CHECKS", "configurations", "main", "mount_points", "probe"]
+__all__ = ["ATTEMPTS", "CHECKS", "configurations", "isolation_here", "main", "means",
+           "mount_points", "probe"]
 
 CHECKS = ("cuda", "triton", "write outside", "shared memory", "network", "processes")
 CHILD_TIMEOUT_S = 180.0  # a first Triton compilation takes seconds; a hang ends here
@@ -222,6 +231,120 @@ def probe(name: str, steps: list[Step], port: int,
         return {"configuration": name, "error": f"the child hung or died within "
                                                  f"{CHILD_TIMEOUT_S:.0f} s"}
     return {"configuration": name, **json.loads(data)}
+
+
+_PR_SET_DUMPABLE = 4
+ATTEMPTS = ("write /tmp", "write /var/tmp", "write home", "read home", "network",
+            "processes")
+"""What :func:`isolation_here` tries from inside the sandbox: each must be refused."""
+
+
+def isolation_here(user: str | None = None, timeout_s: float = 60.0) -> dict[str, object]:
+    """Which isolation steps hold for a job run by this process's user (``user``: by
+    that user instead, for root asking what an ordinary user gets), found by confining a
+    forked child exactly as a job is confined (``_confine``, default limits), then
+    trying :data:`ATTEMPTS`: the level, the steps that held and did not, the guarantees
+    missing, and what each attempt got ("refused: ..." or "done")."""
+    import encodings.idna  # noqa: F401 - what the attempts import, before any user change
+
+    from swarmfab.sandbox._process import Limits, _confine
+
+    owner = pwd.getpwnam(user) if user is not None else None
+    scratch = Path(tempfile.mkdtemp(prefix="swarmfab-doctor-"))
+    workdir, home = scratch / "job", scratch / "home"
+    workdir.mkdir()
+    home.mkdir(mode=0o700)
+    (home / "secret").write_text("the user's own")
+    os.chmod(scratch, 0o755)
+    if owner is not None:
+        for path in (workdir, home, home / "secret"):
+            os.chown(path, owner.pw_uid, owner.pw_gid)
+    marker = f"swarmfab-doctor-{os.getpid()}-{time.monotonic_ns()}"
+    outside = [Path("/tmp") / marker, Path("/var/tmp") / marker, home / marker]
+    server = socket.create_server(("127.0.0.1", 0))
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the caller's code
+        code = 1
+        with contextlib.suppress(BaseException):
+            os.close(reader)
+            if owner is not None:  # as if the user had started it (dumpable, as theirs)
+                os.setgroups([])
+                os.setgid(owner.pw_gid)
+                os.setuid(owner.pw_uid)
+                ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+            os.environ["HOME"] = str(home)
+            isolation = _confine(Limits(wall_s=timeout_s), workdir, dict(os.environ))
+            found = _hostile(outside, home, server.getsockname()[1])
+            os.write(writer, json.dumps({
+                "user": pwd.getpwuid(os.getuid()).pw_name if owner is None else user,
+                "level": isolation.level, "held": isolation.held, "failed": isolation.failed,
+                "missing": isolation.missing, "attempts": found}).encode())
+            code = 0
+        os._exit(code)
+    os.close(writer)
+    data = _collect(pid, reader, timeout_s)
+    server.close()
+    escaped = [str(path) for path in outside if path.exists()]
+    for path in outside:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    shutil.rmtree(scratch, ignore_errors=True)
+    if not data:
+        return {"user": user, "error": f"the confined child hung or died within "
+                                        f"{timeout_s:.0f} s"}
+    return {**json.loads(data), "escaped": escaped}
+
+
+def means() -> dict[str, object]:
+    """What the kernel and the system offer the isolation steps: Landlock's ABI version,
+    user namespaces (how many; whether unprivileged ones are allowed, where the kernel
+    says), libseccomp."""
+    from swarmfab.sandbox._landlock import abi_version
+
+    found: dict[str, object] = {"landlock abi": abi_version()}
+    with contextlib.suppress(OSError, ValueError):
+        found["max user namespaces"] = int(
+            Path("/proc/sys/user/max_user_namespaces").read_text())
+    with contextlib.suppress(OSError):
+        found["unprivileged user namespaces"] = Path(
+            "/proc/sys/kernel/unprivileged_userns_clone").read_text().strip() == "1"
+    try:
+        ctypes.CDLL("libseccomp.so.2")
+        found["libseccomp"] = True
+    except OSError:
+        found["libseccomp"] = False
+    return found
+
+
+def _hostile(outside: list[Path], home: Path, port: int) -> dict[str, str]:
+    """What a hostile candidate tries, and what each attempt got."""
+    def write(path: Path) -> Callable[[], object]:
+        return lambda: path.write_text("escaped")
+
+    tries: dict[str, Callable[[], object]] = dict(zip(ATTEMPTS[:3], map(write, outside),
+                                                      strict=True))
+    tries["read home"] = lambda: (home / "secret").read_text()
+    tries["network"] = lambda: socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    tries["processes"] = lambda: subprocess.run(["/bin/true"], check=True, timeout=30)
+    return {name: "done" if (got := _attempt(attempt)).startswith("ok") else got
+            for name, attempt in tries.items()}
+
+
+def _collect(pid: int, reader: int, timeout_s: float) -> bytes:
+    """What a forked child wrote to ``reader`` before it exited (killed at ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.02)
+    data = b""
+    while chunk := os.read(reader, 65536):
+        data += chunk
+    os.close(reader)
+    return data
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,8 +97,8 @@ def evaluator_for(goal: Goal, workdir: Path, store: Store,
                             goal.tolerance.max_abs or defaults.max_abs_ratio)
     return Evaluator(workload, list(shapes) if shapes else goal.target_shapes(), workdir / "cache",
                      threads=goal.threads, tolerances=tolerances,
-                     limits=Limits(wall_s=goal.eval_timeout_s), seed=goal.seed, cases=corpus,
-                     device=goal.device, dtype=goal.dtype)
+                     limits=Limits(wall_s=goal.eval_timeout_s, allow_weak=goal.allow_weak_sandbox),
+                     seed=goal.seed, cases=corpus, device=goal.device, dtype=goal.dtype)
 
 
 def lesson_context(goal: Goal, space: DesignSpace) -> LessonContext:
