@@ -145,7 +145,27 @@ CATALOGUE: list[Row] = [
     Row("c_sampled_memo.c", ("(one element of each input nudged)", "o matches reference"),
         "cache keyed by pointers + a dozen sampled input values (one element of every "
         "input is now nudged in the same buffers)"),
+    Row("py_lazy_output.py", ("outputs are plain tensors", "Deferred"),
+        "lazy output: a tensor subclass that computes when read (every check reads it)"),
+    # -- what only the battery reaches (the fast corpus accepts each: see below) -----
+    Row("c_tile_edge_64.c", ("'battery: ", "o matches reference"),
+        "key channels in tiles of 64, the tail tile never visited (K = 128)"),
+    Row("c_race_past_16_pairs.c", ("'battery: ", "matches reference"),
+        "pairs share one scratch state, on several threads only past 16 pairs"),
+    Row("py_segments_forget_state.py", ("1024 tokens", "o matches reference"),
+        "segments of 512 tokens, each from the initial state (T = 1024)"),
+    Row("py_gate_floor_too_low.py", ("'battery: a tenth of the gates -inf'",
+                                     "matches reference"),
+        "gates clamped at -1e30: cumulative sums after an -inf gate lose every digit"),
+    Row("py_assumes_contiguous.py", ("'battery: inputs strided", "o matches reference"),
+        "reads each input's storage as contiguous (views of a fused projection)"),
+    Row("py_beta_below_one.py", ("'battery: beta exactly", "matches reference"),
+        "a beta of exactly 0 or 1 replaced by 0.001 or 0.999 \"for stability\""),
 ]
+
+# the rows above that the fast corpus alone accepts: the battery is what rejects them
+BATTERY_ONLY = ("c_tile_edge_64.c", "c_race_past_16_pairs.c", "py_segments_forget_state.py",
+                "py_gate_floor_too_low.py", "py_assumes_contiguous.py", "py_beta_below_one.py")
 
 
 def _param(row: Row) -> object:
@@ -211,6 +231,29 @@ def candidate(path: Path) -> Candidate:
 def test_verify_rejects_and_names_the_check(row: Row, workdir: Path) -> None:
     code, verdict = verify(CANDIDATES / row.file, workdir)
     assert_rejected(code, verdict, row.expect, row.status, row.also, row.instead)
+
+
+@pytest.mark.parametrize("row", [_param(row) for row in CATALOGUE if row.file in BATTERY_ONLY])
+def test_the_fast_corpus_alone_accepts_what_only_the_battery_rejects(
+    row: Row, tmp_path: Path
+) -> None:
+    """Each battery row is a real gap of the fast tier (a fresh store: no battery case
+    has joined its corpus yet); the full verdict above rejects it."""
+    code, verdict = verify(CANDIDATES / row.file, tmp_path, "--fast")
+    assert (code, verdict["status"]) == (0, "accepted"), verdict["reason"]
+
+
+@needs_cc
+def test_a_battery_case_that_breaks_a_candidate_joins_the_corpus(tmp_path: Path) -> None:
+    """After the battery rejects a candidate, the fast tier of the same store rejects it
+    too, with the case the battery found."""
+    file = CANDIDATES / "c_tile_edge_64.c"
+    code, verdict = verify(file, tmp_path)
+    assert_rejected(code, verdict, ("'battery: ",))
+    code, verdict = verify(file, tmp_path, "--fast")
+    assert_rejected(code, verdict, ("'battery: ",))
+    origins = [origin for _, origin, _, _ in Store(tmp_path / "x.db").case_history("kda")]
+    assert origins == ["battery: broke c_tile_edge_64.c"], origins
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,16 @@ left out, with the reason, rather than failing every candidate.
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from swarmfab.evaluation._references import salted_seed
+from swarmfab.records import Status, Verdict
 from swarmfab.verify import compare_outputs
 from swarmfab.workloads import Case, Tolerances, Workload
 
@@ -24,7 +29,10 @@ __all__ = ["Battery"]
 @dataclass
 class Battery:
     """A workload's battery for one evaluator: its cases, in the evaluator's dtype and
-    thread count, decided once (the domain check runs the reference and a baseline)."""
+    thread count, decided once (the domain check runs the reference and a baseline). Their
+    seeds are salted once, with a secret, so their references can be kept for the
+    evaluator's life: every crowning meets the same battery, and pays only for the
+    candidate's calls."""
 
     workload: Workload
     threads: int
@@ -38,8 +46,10 @@ class Battery:
         with self._lock:
             if self._cases is None:
                 kept = []
+                salt = secrets.randbelow(2**31)  # once: the references are kept
                 for case in self.workload.battery_cases(self.threads):
-                    case = case.in_dtype(self.dtype)
+                    case = dataclasses.replace(case.in_dtype(self.dtype), origin="battery",
+                                               seed=salted_seed(case.seed, salt))
                     why = self._outside(case)
                     if why:
                         self.left_out.append((case.name, why))
@@ -47,6 +57,36 @@ class Battery:
                         kept.append(case)
                 self._cases = kept
             return list(self._cases)
+
+    def stages(self) -> list[list[Case]]:
+        """The cases in two verifications: those whose work is under an eighth of the
+        largest case's first, then the large ones (a candidate that fails a cheap case
+        does not pay for the large ones)."""
+        cases = self.cases()
+        work = [self.workload.flops(case.shape) or 0.0 for case in cases]
+        cheap = max(work, default=0.0) / 8
+        small = [case for case, w in zip(cases, work, strict=True) if w <= cheap]
+        large = [case for case, w in zip(cases, work, strict=True) if w > cheap]
+        return [stage for stage in (small, large) if stage]
+
+    def judge(self, verify: Callable[[list[Case]], Verdict], fast: Verdict | None = None
+              ) -> Verdict:
+        """``verify`` (a candidate's verification on given cases) on every stage, until
+        one rejects; with ``fast``, the first tier's verdict, the whole read as one."""
+        verdict = fast
+        for stage in self.stages() or [[]]:  # the cheap cases first: most failures end there
+            judged = verify(stage)
+            verdict = judged if verdict is None else dataclasses.replace(
+                judged, checks=(*verdict.checks, *judged.checks),
+                elapsed_s=verdict.elapsed_s + judged.elapsed_s)
+            if judged.status is not Status.ACCEPTED:
+                return verdict
+        assert verdict is not None  # at least one stage was judged
+        if fast is None:
+            return verdict
+        known = len({check.case.split(" (")[0] for check in verdict.checks})
+        return dataclasses.replace(verdict, reason=f"correct on {known} cases "
+                                   f"({len(self.cases())} of them the battery's)")
 
     def _outside(self, case: Case) -> str:
         """Why ``case`` lies outside the operator's domain ("" when inside): the

@@ -287,22 +287,12 @@ class Evaluator:
         return self._verify_cases(candidate, artifact, started, self.cases if cases is None
                                   else list(cases))
 
-    def verify_battery(self, candidate: Candidate) -> Verdict:
+    def verify_battery(self, candidate: Candidate, fast: Verdict | None = None) -> Verdict:
         """The second tier: the workload's battery (real sizes, extreme values, other
         layouts and thread counts), each case with the probes. With ``fast``, the first
         tier's verdict on the same candidate, the two read as one verdict."""
-        cases = self.battery.cases()
-        verdict = self.verify(candidate, cases)
-        if fast is None:
-            return verdict
-        checks = (*fast.checks, *verdict.checks)
-        elapsed = fast.elapsed_s + verdict.elapsed_s
-        if verdict.status is not Status.ACCEPTED:
-            return dataclasses.replace(verdict, checks=checks, elapsed_s=elapsed)
-        known = len({check.case.split(" (")[0] for check in checks})
-        return dataclasses.replace(verdict, checks=checks, elapsed_s=elapsed,
-                                   reason=f"correct on {known} cases ({len(cases)} of them "
-                                          "the battery's)")
+        self.references.keep(self.battery.cases())
+        return self.battery.judge(lambda cases: self.verify(candidate, cases), fast)
 
     def evaluate(
         self, candidate: Candidate, incumbents: dict[str, Implementation],

@@ -67,6 +67,12 @@ class References:
             self.of(probes.twin_case(case))
             self.of(case, nudged=True)
 
+    def keep(self, cases: Sequence[Case]) -> None:
+        """Keep the references of ``cases`` for every later verification (the battery's,
+        salted once per evaluator and met before every crowning)."""
+        with self._lock:
+            self._kept |= _keys(cases)
+
     def forget(self, cases: Sequence[Case]) -> None:
         """Drop the references of ``cases`` (not of a target shape)."""
         dropped = _keys(cases) - self._kept
