@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast lint typecheck bench bench-swarm bench-transfer bench-engine bench-engine-factory bench-policy bench-peers bench-ceiling gpu-compile-check clean
+.PHONY: demo test test-fast test-integration lint typecheck bench bench-swarm bench-transfer bench-engine bench-engine-factory bench-policy bench-peers bench-ceiling gpu-compile-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,13 @@ test: $(DEV_STAMP)
 # the suite without the tests marked slow: a few minutes on 2 cores
 test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) -m "not slow"
+
+# the sandbox as other users see it (tests/sandbox/test_every_user.py): hostile candidates
+# run by an unprivileged user made for the test, root's jobs dropping to nobody, and (only
+# here: about a minute) the sandbox's whole suite as root on an interpreter every user
+# reaches, where every job drops
+test-integration: $(DEV_STAMP)
+	SWARMFAB_INTEGRATION=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/sandbox/test_every_user.py
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests

@@ -100,3 +100,21 @@ def answer_with_a_payload(marker: str) -> str:
 
 class Unsendable:
     """Something a job may return that cannot cross back (not a record)."""
+
+
+def read_text(path: str) -> str:
+    return Path(path).read_text()
+
+
+def open_socket() -> str:
+    """An Internet socket, which nothing in a job needs."""
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+    return "opened"
+
+
+def start_process() -> str:
+    """Start a program, as a candidate that wants a shell would."""
+    import subprocess
+
+    subprocess.run(["/bin/true"], check=True, timeout=30)
+    return "started"

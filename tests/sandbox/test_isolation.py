@@ -105,7 +105,8 @@ def test_a_trusted_job_may_write_a_shared_cache_and_nowhere_else(tmp_path: Path)
     assert outcome.value[2] == "trusted"
     assert (shared / "kernel").read_text() == "written" and not (other / "kernel").exists()
     plain = run_job(hostile_jobs.write_where_told, str(shared / "again"), limits=Limits())
-    assert plain.value == ["OSError", "unset"]  # without it, the cache is read-only
+    # without it, the cache is read-only (or closed to a job dropped to nobody)
+    assert plain.value[0] in ("OSError", "PermissionError") and plain.value[1] == "unset"
 
 
 def test_the_network_is_out_of_reach() -> None:
