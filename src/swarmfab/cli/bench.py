@@ -111,6 +111,9 @@ def _print_verdict(candidate: Candidate, verdict: Verdict) -> None:
     flags = f"; flags {' '.join(candidate.flags)}" if candidate.flags else ""
     console.print(f"candidate {candidate.id}: {candidate.entry} ({candidate.backend}{flags})",
                   highlight=False, markup=False)
+    if verdict.isolation.level:
+        console.print(f"isolation: {verdict.isolation.describe()}", highlight=False,
+                      markup=False)
     if verdict.checks:
         console.print(verdict_table(verdict))
         for line in verdict.diagnostics:

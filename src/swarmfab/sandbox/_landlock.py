@@ -100,11 +100,32 @@ def system_reads() -> list[Path]:
 
 def job_reads(workdir: Path, extra: Iterable[Path] = ()) -> list[Path]:
     """What a job reads besides :func:`system_reads`: its own directory, the Python it
-    runs on (prefixes, ``sys.path``, the interpreter's directory) and ``extra``."""
+    runs on (its prefixes, the interpreter's directory, and where this process imported
+    its modules from: not a working directory that merely lies on ``sys.path``, as
+    ``python -m`` puts it there) and ``extra``."""
     python = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-              os.path.dirname(os.path.realpath(sys.executable)), *sys.path}
+              os.path.dirname(os.path.realpath(sys.executable)), *_imported_from()}
     return [Path(p) for p in {str(workdir), *python, *map(str, extra)} if p and
             os.path.exists(p)]
+
+
+_NEVER_CODE = ("/", "/root", "/home", "/tmp", "/var/tmp")
+
+
+def _imported_from() -> set[str]:
+    """Where this process's top-level modules and packages were imported from (the
+    ``sys.path`` entries it used, and the directories an import hook maps packages to):
+    not its main script's directory, nor a home or a temporary directory as a whole."""
+    found = set()
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if "." in name or name in ("__main__", "__mp_main__") or not isinstance(file, str):
+            continue
+        where = os.path.dirname(file)
+        if os.path.basename(file).startswith("__init__."):
+            where = os.path.dirname(where)
+        found.add(os.path.abspath(where))
+    return found - {os.path.abspath(p) for p in (*_NEVER_CODE, os.path.expanduser("~"))}
 
 
 def gpu_devices() -> list[Path]:
