@@ -72,6 +72,11 @@ def test_run_export_report(tmp_path: Path) -> None:
     assert provenance["candidate"] == run.champion_id
     assert provenance["verdict"]["status"] == "accepted"
     assert provenance["lineage"][0]["id"] == run.champion_id
+    # the champion met the battery before its crowning, and the evidence says so
+    assert provenance["battery"].startswith("passed: correct on "), provenance["battery"]
+    assert "the battery's" in provenance["battery"]
+    assert "## The battery" in (out / "VERIFICATION.md").read_text()
+    assert run.summary["search"]["battery_seconds"] > 0
     source = out / provenance["entry"]
     assert source.read_text() == champion.sources[champion.entry]
     # the recorded build command builds the exported source as it stands

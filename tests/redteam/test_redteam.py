@@ -355,6 +355,16 @@ def test_bench_times_a_clock_patching_candidate_for_real(file: str, workdir: Pat
     assert 0.5 < ratio < 4, f"candidate timed at {ratio:.2f}x torch-chunked: {seconds}"
 
 
+def test_bench_reports_a_lazy_output_as_rejected_not_as_fast(workdir: Path) -> None:
+    """A tensor subclass that computes when read would time as an almost empty call:
+    the bench verifies first and names why it will not time it."""
+    result = invoke("bench", "kda", "--candidate", CANDIDATES / "py_lazy_output.py",
+                    "--shape", "1,64,2,32,32", "--threads", "1", "--baseline",
+                    "torch-chunked", "--db", workdir / "x.db", "--workdir", workdir)
+    assert result.exit_code == 1, result.output
+    assert "not verified" in result.output and "outputs are plain tensors" in result.output
+
+
 # -- timing: Evaluator.evaluate (what decides champions) -------------------------------
 
 QUICK = TimingPolicy(min_rounds=3, max_rounds=8, max_seconds=1.0, min_sample_s=0.0)

@@ -82,11 +82,13 @@ class Battery:
             if judged.status is not Status.ACCEPTED:
                 return verdict
         assert verdict is not None  # at least one stage was judged
+        battery = len(self.cases())
         if fast is None:
-            return verdict
+            return dataclasses.replace(verdict, reason=f"correct on the battery's {battery} "
+                                       "cases")
         known = len({check.case.split(" (")[0] for check in verdict.checks})
         return dataclasses.replace(verdict, reason=f"correct on {known} cases "
-                                   f"({len(self.cases())} of them the battery's)")
+                                   f"({battery} of them the battery's)")
 
     def _outside(self, case: Case) -> str:
         """Why ``case`` lies outside the operator's domain ("" when inside): the

@@ -52,6 +52,7 @@ def export_champion(store: Store, run_id: str | None, out: Path, name: str | Non
     if not _NAME.match(package):
         raise SwarmfabError(f"--name {package!r}: use lower-case letters, digits and _")
     verdict = next(v for row, v in store.verdicts(run.id) if row.candidate_id == champion.id)
+    battery = _battery(store, run.id, champion.id)
     target = out / package
     target.mkdir(parents=True, exist_ok=True)
     for rel, text in champion.sources.items():
@@ -68,10 +69,14 @@ def export_champion(store: Store, run_id: str | None, out: Path, name: str | Non
         "build": _build_command(package, champion), "verdict": verdict.to_dict(),
         "final_measurement": run.summary,
         "lineage": [step.to_dict() for step in reversed(view.lineage)],  # champion first
+        "battery": battery,
     }
     text = json.dumps(provenance, indent=2, default=str)
     evidence = _verification_markdown(run.id, run.workload, champion, verdict, run.summary,
                                       view.lineage)
+    evidence += ("\n## The battery (the second tier, before the crowning)\n\n"
+                 + (battery or "not run: crowned before the battery existed; "
+                    f"`swarmfab verify {run.workload} {champion.entry}` runs it") + "\n")
     for directory in (out, target):
         (directory / "provenance.json").write_text(text)
         (directory / "VERIFICATION.md").write_text(evidence)
@@ -88,6 +93,7 @@ def export_champion(store: Store, run_id: str | None, out: Path, name: str | Non
 def _export_module(store: Store, run: Any, champion: Candidate, out: Path) -> Path:
     """A problem's champion: its ModelNew file as it was verified, with the evidence."""
     verdict = next(v for row, v in store.verdicts(run.id) if row.candidate_id == champion.id)
+    battery = _battery(store, run.id, champion.id)
     view = load_run_view(store, run.id)
     out.mkdir(parents=True, exist_ok=True)
     (out / champion.entry).write_text(champion.sources[champion.entry])
@@ -150,6 +156,13 @@ def _build_command(package: str, candidate: Candidate) -> str:
     flags = " ".join(candidate.flags)
     return (f"cc {flags} -fPIC -shared -fopenmp -std=gnu11 -o kernel.so "
             f"{package}/{candidate.entry} -lm")
+
+
+def _battery(store: Store, run_id: str, candidate_id: str) -> str | None:
+    """What the battery said of ``candidate_id`` before its crowning in ``run_id``."""
+    said = [detail for _, detail in store.events(run_id, "battery")
+            if detail.startswith(f"{candidate_id} ")]
+    return said[-1].removeprefix(f"{candidate_id} ") if said else None
 
 
 def _verification_markdown(

@@ -188,6 +188,8 @@ def _check(store: Store, run: RunRow, make_evaluator: MakeEvaluator) -> Check:
             goal = None  # neither checked nor succeeded here
     if goal is not None:
         verdict = evaluator.verify(candidate)
+        if verdict.status is Status.ACCEPTED:  # and the battery, as before a crowning
+            verdict = evaluator.verify_battery(candidate, verdict)
         verifies = verdict.status is Status.ACCEPTED
         if not verifies:
             failed = verdict.failed_check

@@ -451,8 +451,11 @@ class Run:
         verdict = self.evaluator.verify_battery(candidate)
         self.battery_s += time.monotonic() - began
         if verdict.status is Status.ACCEPTED:
+            self.store.record_event(run_id, "battery", f"{candidate.id} passed: "
+                                    f"{verdict.reason}, {verdict.elapsed_s:.1f} s")
             return GateDecision(True, f"passed the battery: {verdict.reason}")
         reason = f"fails the verification battery: {verdict.reason}"
+        self.store.record_event(run_id, "battery", f"{candidate.id} failed: {verdict.reason}")
         self.store.demote(run_id, candidate.id, reason)
         self.blackboard.publish("battery-failed", f"{candidate.id}: {reason}")
         self.log(f"not crowned: {candidate.id[:10]} {reason[:160]}")
