@@ -19,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import stat
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["DEVICES", "READ", "SECRETS", "SYSTEM", "WRITE", "Ruleset", "abi_version", "around",
-           "job_reads", "job_ruleset", "system_reads"]
+           "code_paths", "job_reads", "job_ruleset", "system_reads"]
 
 _SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
 _CREATE_RULESET_VERSION = 1
@@ -92,30 +93,35 @@ GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
                "/dev/nvidia-modeset", "/dev/nvidia-caps", "/dev/dri", "/dev/kfd")
 
 
-def system_reads() -> list[Path]:
+def system_reads() -> list[str]:
     """:data:`SYSTEM` less :data:`SECRETS`, as the fewest paths (:func:`around`)."""
-    found = [Path(p) for p in SYSTEM if Path(p) != Path("/etc")]
-    return [*found, *around(SECRETS, Path("/etc"))]
+    return [*(p for p in SYSTEM if p != "/etc"), *around(SECRETS, "/etc")]
 
 
-def job_reads(workdir: Path, extra: Iterable[Path] = ()) -> list[Path]:
+def job_reads(workdir: Path, extra: Iterable[Path | str] = ()) -> list[str]:
     """What a job reads besides :func:`system_reads`: its own directory, the Python it
-    runs on (its prefixes, the interpreter's directory, and where this process imported
-    its modules from: not a working directory that merely lies on ``sys.path``, as
-    ``python -m`` puts it there) and ``extra``."""
+    runs on (its prefixes, the interpreter's directory) and ``extra`` (the parent adds
+    where its code was imported from: :func:`code_paths`)."""
     python = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-              os.path.dirname(os.path.realpath(sys.executable)), *_imported_from()}
-    return [Path(p) for p in {str(workdir), *python, *map(str, extra)} if p and
-            os.path.exists(p)]
+              os.path.dirname(os.path.realpath(sys.executable))}
+    return [p for p in {str(workdir), *python, *map(str, extra)} if p and os.path.exists(p)]
 
 
 _NEVER_CODE = ("/", "/root", "/home", "/tmp", "/var/tmp")
+_code_paths: tuple[int, tuple[str, ...]] = (0, ())
 
 
-def _imported_from() -> set[str]:
+def code_paths() -> tuple[str, ...]:
     """Where this process's top-level modules and packages were imported from (the
     ``sys.path`` entries it used, and the directories an import hook maps packages to):
-    not its main script's directory, nor a home or a temporary directory as a whole."""
+    what its jobs, forked from a server that imported the same, import the rest of their
+    code from. Not its main script's directory, nor a home or a temporary directory as a
+    whole: not a working directory that merely lies on ``sys.path``, as ``python -m``
+    puts it there. Kept until the process imports another module. (Computed in the
+    parent: in a forked child, touching every module copies the pages they lie on.)"""
+    global _code_paths
+    if _code_paths[0] == len(sys.modules):
+        return _code_paths[1]
     found = set()
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
@@ -125,44 +131,49 @@ def _imported_from() -> set[str]:
         if os.path.basename(file).startswith("__init__."):
             where = os.path.dirname(where)
         found.add(os.path.abspath(where))
-    return found - {os.path.abspath(p) for p in (*_NEVER_CODE, os.path.expanduser("~"))}
+    found -= {os.path.abspath(p) for p in (*_NEVER_CODE, os.path.expanduser("~"))}
+    _code_paths = (len(sys.modules), tuple(sorted(found)))
+    return _code_paths[1]
 
 
-def gpu_devices() -> list[Path]:
+def gpu_devices() -> list[str]:
     """The device files a GPU driver opens: NVIDIA's (``/dev/nvidia0`` and on) and AMD's."""
-    numbered = sorted(Path("/dev").glob("nvidia[0-9]*"))
-    return [*numbered, *(Path(p) for p in GPU_DEVICES if os.path.exists(p))]
+    numbered = sorted(str(p) for p in Path("/dev").glob("nvidia[0-9]*"))
+    return [*numbered, *(p for p in GPU_DEVICES if os.path.exists(p))]
 
 
-def around(private: Iterable[Path | str], root: Path) -> list[Path]:
+def around(private: Iterable[Path | str], root: str) -> list[str]:
     """Every entry beneath ``root`` but ``private`` (and what lies beneath them), as the
     fewest entries: each private path's siblings, and its ancestors' siblings. Symbolic
     links are left out: what they point to is listed where it lies (a link to a private
     directory would otherwise open it)."""
-    hidden = {Path(os.path.realpath(p)) for p in private}
-    found: list[Path] = []
+    hidden = {os.path.realpath(p) for p in private}
+    above = {os.path.dirname(p) for p in hidden}  # directories walked into, with theirs
+    while any(os.path.dirname(p) not in above for p in above):
+        above |= {os.path.dirname(p) for p in above}
+    found: list[str] = []
 
-    def walk(directory: Path) -> None:
+    def walk(directory: str) -> None:
         try:
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError:
             return
         for entry in entries:
-            path = Path(entry.path)
-            if entry.is_symlink() or path in hidden:
+            if entry.is_symlink() or entry.path in hidden:
                 continue
-            if any(path in p.parents for p in hidden):
-                walk(path)
+            if entry.path in above:
+                walk(entry.path)
             else:
-                found.append(path)
+                found.append(entry.path)
 
     if root not in hidden:
         walk(root)
     return found
 
 
-def job_ruleset(workdir: Path, writable: Iterable[Path] = (), readable: Iterable[Path] = (),
-                shared_memory: bool = False, device_driver: bool = False) -> Ruleset:
+def job_ruleset(workdir: Path, writable: Iterable[Path | str] = (),
+                readable: Iterable[Path | str] = (), shared_memory: bool = False,
+                device_driver: bool = False) -> Ruleset:
     """The rules of a job: it reads :func:`system_reads` and :func:`job_reads`
     (``readable`` among them), writes ``workdir``, ``writable`` and the harmless devices,
     and, where it has POSIX shared memory of its own (``shared_memory``), ``/dev/shm``; a
@@ -171,7 +182,7 @@ def job_ruleset(workdir: Path, writable: Iterable[Path] = (), readable: Iterable
     from swarmfab.sandbox._isolation import PROC_TUNABLES
 
     ruleset = Ruleset()
-    writable = [workdir, *writable]
+    writable = [str(workdir), *map(str, writable)]
     ruleset.allow(system_reads(), READ)
     ruleset.allow(job_reads(workdir, [*writable, *readable]), READ)
     ruleset.allow(writable, READ | WRITE)
@@ -180,7 +191,7 @@ def job_ruleset(workdir: Path, writable: Iterable[Path] = (), readable: Iterable
         ruleset.allow(["/dev/shm"], READ | WRITE)
     if device_driver:
         ruleset.allow(gpu_devices(), READ | WRITE)
-        ruleset.allow(around(PROC_TUNABLES, Path("/proc")), READ | WRITE)
+        ruleset.allow(around(PROC_TUNABLES, "/proc"), READ | WRITE)
     return ruleset
 
 
@@ -219,7 +230,7 @@ class Ruleset:
             except OSError:
                 continue
             try:
-                is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
+                is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
                 access = (rights if is_dir else rights & _FILE_RIGHTS) & _handled_fs(self.abi)
                 rule = _PathBeneath(access, fd)
                 if access and self._lib.syscall(self._add, ctypes.c_int(self.fd),

@@ -53,11 +53,12 @@ from typing import Any, NoReturn
 from swarmfab.errors import SandboxError
 from swarmfab.sandbox import _wire
 from swarmfab.sandbox._isolation import can_read, job_user
+from swarmfab.sandbox._landlock import code_paths
 from swarmfab.sandbox._report import Isolation
 from swarmfab.sandbox._steps import ISOLATION, isolate, read_isolation, refuse_weak
 
 __all__ = ["JobOutcome", "JobStatus", "Limits", "job_user", "run_job", "scrubbed_environment",
-           "start_forkserver", "with_links_readable"]
+           "start_forkserver", "with_reads"]
 
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE_URL|DSN|AUTH", re.I)
 _PRELOAD = ["numpy", "torch", "swarmfab.evaluation._worker"]
@@ -98,7 +99,7 @@ class Limits:
     writable: tuple[str, ...] = ()
     environment: tuple[tuple[str, str], ...] = ()
     # what the job reads besides the system, its Python and its own directory (Landlock
-    # refuses the rest); run_job adds the files it links
+    # refuses the rest); run_job adds the files it links and where its code lies
     readable: tuple[str, ...] = ()
     # a job that drives a GPU: /proc stays writable, its kernel tunables read-only (the
     # driver fails to start under a read-only /proc; see confine_filesystem)
@@ -299,7 +300,7 @@ def run_job(
     as copies where the job's user could not read them in place.
     Setting ``cancel`` kills the job and ends it as ``cancelled``.
     """
-    limits = with_links_readable(limits or Limits(), links)
+    limits = with_reads(limits or Limits(), links)
     workdir = _job_directory()
     try:
         _stage_files(workdir, stage, links, limits)
@@ -308,12 +309,12 @@ def run_job(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def with_links_readable(limits: Limits, links: Mapping[str, Path] | None) -> Limits:
-    """``limits`` with what ``links`` point to readable (Landlock reads no more)."""
-    if not links:
-        return limits
-    targets = tuple(str(Path(source).resolve()) for source in links.values())
-    return dataclasses.replace(limits, readable=(*limits.readable, *targets))
+def with_reads(limits: Limits, links: Mapping[str, Path] | None) -> Limits:
+    """``limits`` with what the job reads besides the system and its Python made
+    readable (Landlock allows no more): what ``links`` point to, and where this process
+    imported its code from (the job's server imported the same)."""
+    targets = tuple(str(Path(source).resolve()) for source in (links or {}).values())
+    return dataclasses.replace(limits, readable=(*limits.readable, *targets, *code_paths()))
 
 
 def _job_directory() -> Path:

@@ -177,7 +177,7 @@ def start_session(
     ``cancel`` and ``records`` as for :func:`~swarmfab.sandbox.run_job`. The wall-clock
     limit bounds the whole session; ``name`` prefixes how it ended ("NAME's process:
     ...")."""
-    limits = _process.with_links_readable(limits or Limits(), links)
+    limits = _process.with_reads(limits or Limits(), links)
     workdir = _process._job_directory()
     try:
         _process._stage_files(workdir, stage, links, limits)

@@ -45,15 +45,14 @@ def isolate(limits: Limits, workdir: Path) -> Isolation:
         return steps[name]
 
     writable = tuple(Path(p) for p in limits.writable)
-    readable = tuple(Path(p) for p in limits.readable)
     root = os.geteuid() == 0
-    reach = readable if root and can_drop_privileges() else None
+    reach = tuple(Path(p) for p in limits.readable) if root and can_drop_privileges() else None
     if not root:
         step(_report.USER_NAMESPACE, enter_user_namespace)
     step(_report.NETWORK_NAMESPACE, isolate_network)
     mounted = step(_report.READ_ONLY_MOUNTS, lambda: confine_filesystem(
         workdir, writable=writable, device_driver=limits.device_driver, reach=reach))
-    ruleset = job_ruleset(workdir, writable, readable, shared_memory=mounted,
+    ruleset = job_ruleset(workdir, writable, limits.readable, shared_memory=mounted,
                           device_driver=limits.device_driver)
     if root:
         step(_report.USER_NOBODY, lambda: drop_privileges(workdir, limits.max_processes))

@@ -76,11 +76,11 @@ Step = Callable[[Path], object]
 
 def configurations() -> dict[str, list[Step]]:
     """Name -> the steps a child applies, in the sandbox's order."""
-    from swarmfab.sandbox._process import Limits, _confine
+    from swarmfab.sandbox._process import Limits, _confine, with_reads
 
     def sandbox(allow: bool, device: str = "cpu") -> Step:
-        limits = Limits(isolate=True, allow_processes=allow,
-                        wall_s=CHILD_TIMEOUT_S).for_device(device)
+        limits = with_reads(Limits(isolate=True, allow_processes=allow,
+                                   wall_s=CHILD_TIMEOUT_S).for_device(device), None)
         return lambda workdir: _confine(limits, workdir, dict(os.environ))
 
     return {
@@ -247,8 +247,9 @@ def isolation_here(user: str | None = None, timeout_s: float = 60.0) -> dict[str
     missing, and what each attempt got ("refused: ..." or "done")."""
     import encodings.idna  # noqa: F401 - what the attempts import, before any user change
 
-    from swarmfab.sandbox._process import Limits, _confine
+    from swarmfab.sandbox._process import Limits, _confine, with_reads
 
+    limits = with_reads(Limits(wall_s=timeout_s), None)
     owner = pwd.getpwnam(user) if user is not None else None
     scratch = Path(tempfile.mkdtemp(prefix="swarmfab-doctor-"))
     workdir, home = scratch / "job", scratch / "home"
@@ -274,7 +275,7 @@ def isolation_here(user: str | None = None, timeout_s: float = 60.0) -> dict[str
                 os.setuid(owner.pw_uid)
                 ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
             os.environ["HOME"] = str(home)
-            isolation = _confine(Limits(wall_s=timeout_s), workdir, dict(os.environ))
+            isolation = _confine(limits, workdir, dict(os.environ))
             found = _hostile(outside, home, server.getsockname()[1])
             os.write(writer, json.dumps({
                 "user": pwd.getpwuid(os.getuid()).pw_name if owner is None else user,
