@@ -23,6 +23,7 @@ from swarmfab.errors import StoreError, SwarmfabError
 from swarmfab.knowledge import Store
 from swarmfab.records import Candidate, Verdict
 from swarmfab.report.run_view import LineageStep, load_run_view
+from swarmfab.report.wheel import SETUP_PY, build_library, build_wheel
 
 __all__ = ["export_champion"]
 
@@ -74,19 +75,22 @@ def export_champion(store: Store, run_id: str | None, out: Path, name: str | Non
     text = json.dumps(provenance, indent=2, default=str)
     evidence = _verification_markdown(run.id, run.workload, champion, verdict, run.summary,
                                       view.lineage)
-    evidence += ("\n## The battery (the second tier, before the crowning)\n\n"
-                 + (battery or "not run: crowned before the battery existed; "
-                    f"`swarmfab verify {run.workload} {champion.entry}` runs it") + "\n")
+    evidence += _battery_section(battery, run.workload, champion.entry)
     for directory in (out, target):
         (directory / "provenance.json").write_text(text)
         (directory / "VERIFICATION.md").write_text(evidence)
     (target / "__init__.py").write_text(_init_source(package, run, champion, required))
+    build_library(target, champion)  # with the verified flags: no compiler where it serves
     (out / "pyproject.toml").write_text(_pyproject(package, run.workload))
+    (out / "setup.py").write_text(SETUP_PY)
     (out / "README.md").write_text(
         f"# {package}\n\nA verified {run.workload} kernel exported by swarmfab (run {run.id}).\n"
-        f"`pip install .` then `import {package}; {package}.forward(...)`. "
+        f"`pip install dist/*.whl` (no compiler needed; GCC's OpenMP runtime, libgomp.so.1) "
+        f"or `pip install .`, then `import {package}; {package}.forward(...)`, or call "
+        f"`torch.ops.{package}.forward` (traced by torch.compile). "
         "Evidence: VERIFICATION.md, provenance.json.\n"
     )
+    build_wheel(out)
     return out
 
 
@@ -103,10 +107,12 @@ def _export_module(store: Store, run: Any, champion: Candidate, out: Path) -> Pa
         "knobs": champion.knobs, "verdict": verdict.to_dict(),
         "final_measurement": run.summary,
         "lineage": [step.to_dict() for step in reversed(view.lineage)],
+        "battery": battery,
     }
     (out / "provenance.json").write_text(json.dumps(provenance, indent=2, default=str))
     (out / "VERIFICATION.md").write_text(_verification_markdown(
-        run.id, run.workload, champion, verdict, run.summary, view.lineage))
+        run.id, run.workload, champion, verdict, run.summary, view.lineage)
+        + _battery_section(battery, run.workload, champion.entry))
     module = Path(champion.entry).stem
     (out / "README.md").write_text(
         f"# ModelNew for {run.workload}\n\nVerified and timed by swarmfab (run {run.id}). "
@@ -148,7 +154,7 @@ dependencies = ["torch"]
 packages = ["{package}"]
 
 [tool.setuptools.package-data]
-"{package}" = ["*.c", "*.json", "*.md"]
+"{package}" = ["*.c", "*.so", "*.json", "*.md"]
 '''
 
 
@@ -156,6 +162,12 @@ def _build_command(package: str, candidate: Candidate) -> str:
     flags = " ".join(candidate.flags)
     return (f"cc {flags} -fPIC -shared -fopenmp -std=gnu11 -o kernel.so "
             f"{package}/{candidate.entry} -lm")
+
+
+def _battery_section(battery: str | None, workload: str, entry: str) -> str:
+    return ("\n## The battery (the second tier, before the crowning)\n\n"
+            + (battery or "not run: crowned before the battery existed; "
+               f"`swarmfab verify {workload} {entry}` runs it") + "\n")
 
 
 def _battery(store: Store, run_id: str, candidate_id: str) -> str | None:
