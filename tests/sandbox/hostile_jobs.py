@@ -118,3 +118,11 @@ def start_process() -> str:
 
     subprocess.run(["/bin/true"], check=True, timeout=30)
     return "started"
+
+
+def makes_a_lock() -> bool:
+    """A multiprocessing lock, as tqdm makes one under torch.fx: unlinked at once (not
+    left to the parent's resource tracker, which warns about it at exit)."""
+    import multiprocessing
+
+    return multiprocessing.RLock()._semlock.name is None  # type: ignore[attr-defined]

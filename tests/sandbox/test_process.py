@@ -260,3 +260,9 @@ def test_ctrl_c_while_a_job_is_handed_over_waits_for_it_then_kills_it(
     [process] = processes
     assert process.pid is not None, "the job was never handed to its child"
     assert process.exitcode == -9  # killed at once, not left to sleep
+
+
+def test_a_lock_a_job_makes_is_not_left_to_the_parents_tracker() -> None:
+    outcome = run_job(hostile_jobs.makes_a_lock)
+    assert outcome.status is JobStatus.OK, outcome
+    assert outcome.value is True

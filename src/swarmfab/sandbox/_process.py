@@ -172,6 +172,10 @@ def _cpu_build() -> bool:
 
 def _confine(limits: Limits, workdir: Path, environ: Mapping[str, str]) -> Isolation:
     """Everything the child does to itself before the job's code runs; what held."""
+    # locks the job makes (tqdm's, through torch.fx) are unlinked at once under "fork";
+    # under the forkserver's method they were registered with the parent's resource
+    # tracker, never released (the job ends with os._exit), and warned about at exit
+    multiprocessing.set_start_method("fork", force=True)
     os.setsid()
     if limits.cores:
         os.sched_setaffinity(0, limits.cores)
