@@ -51,9 +51,12 @@ test-fast: $(DEV_STAMP)
 # the sandbox as other users see it (tests/sandbox/test_every_user.py): hostile candidates
 # run by an unprivileged user made for the test, root's jobs dropping to nobody, and (only
 # here: about a minute) the sandbox's whole suite as root on an interpreter every user
-# reaches, where every job drops
+# reaches, where every job drops. Then the core install (tests/test_install.py, marked
+# integration: a few minutes, with the package index): a fresh venv, torch and
+# `pip install .` without extras, where run, verify, bench and export must work
 test-integration: $(DEV_STAMP)
 	SWARMFAB_INTEGRATION=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/sandbox/test_every_user.py
+	SWARMFAB_INTEGRATION=1 TORCH_SPEC="$(TORCH_SPEC)" $(BIN)/python -m pytest -q -p no:cacheprovider -m integration tests/test_install.py
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests

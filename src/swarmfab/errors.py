@@ -13,7 +13,9 @@ SwarmfabError                 anything swarmfab reports to the user as a clear m
 ├── ClusterError              the Ray cluster cannot be reached, or lost every evaluator
 ├── ProviderError             an LLM provider call failed (network, rate limit, timeout,
 │                             malformed reply); LLM agents record it and go on
-└── EngineError               a model cannot be served (checkpoint, config, engine options)
+├── EngineError               a model cannot be served (checkpoint, config, engine options)
+└── MissingExtraError         an optional feature's package is not installed (also an
+                              ImportError); the message names the extra to install
 ```
 
 A candidate that misbehaves (crashes, hangs, gives wrong answers) is not an error: it is
@@ -23,7 +25,9 @@ exceptions are translated at the boundary with ``raise ... from exc``.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from types import ModuleType
 
 __all__ = [
     "OUT_OF_SPACE",
@@ -35,11 +39,13 @@ __all__ = [
     "EngineError",
     "GoalError",
     "MeasurementError",
+    "MissingExtraError",
     "ProviderError",
     "SandboxError",
     "StoreError",
     "SwarmfabError",
     "WorkloadError",
+    "import_extra",
 ]
 
 
@@ -117,3 +123,23 @@ class ProviderError(SwarmfabError):
 
 class EngineError(SwarmfabError):
     """A checkpoint or engine setting cannot be served (missing file, unknown layer type...)."""
+
+
+class MissingExtraError(SwarmfabError, ImportError):
+    """A package of an optional feature is missing: the core install (``pip install
+    swarmfab``) leaves out what only some commands need, and the message names the extra
+    that brings it (``pip install 'swarmfab[engine]'``)."""
+
+    def __init__(self, package: str, extra: str, needed_for: str):
+        super().__init__(f"{needed_for} needs {package}, which is not installed: "
+                         f"pip install 'swarmfab[{extra}]'")
+        self.package, self.extra = package, extra
+
+
+def import_extra(module: str, extra: str, needed_for: str) -> ModuleType:
+    """``importlib.import_module(module)``, or a :class:`MissingExtraError` naming
+    ``extra`` where it (or a package it needs) is not installed."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(module.split(".")[0], extra, needed_for) from exc

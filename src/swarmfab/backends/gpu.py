@@ -31,7 +31,7 @@ from swarmfab.backends._base import (
 from swarmfab.backends.c import load_symbol
 from swarmfab.backends.c import parse_diagnostics as parse_host_diagnostics
 from swarmfab.backends.python import PythonBackend
-from swarmfab.errors import BuildError, CandidateError, Diagnostic
+from swarmfab.errors import BuildError, CandidateError, Diagnostic, import_extra
 from swarmfab.records import Candidate
 from swarmfab.workloads import Forward, Workload
 
@@ -239,7 +239,8 @@ class TritonBackend(_OnTheDevice):
 def _with_triton_diagnostics(forward: Forward, file: Path) -> Forward:
     """``forward`` whose Triton compilation errors (raised at the first call) become a
     CandidateError naming the line."""
-    from triton.compiler.errors import CompilationError
+    CompilationError = import_extra(
+        "triton.compiler.errors", "gpu", "a Triton candidate").CompilationError
 
     @functools.wraps(forward)
     def checked(*args: object, **kwargs: object) -> object:

@@ -59,7 +59,8 @@ class NumbaBackend(PythonBackend):
 
     def build(self, candidate: Candidate, cache_dir: Path) -> Artifact:
         if importlib.util.find_spec("numba") is None:
-            raise BuildError("numba is not installed: `pip install numba` to use this backend")
+            raise BuildError("numba is not installed: pip install 'swarmfab[numba]' to use "
+                             "this backend")
         artifact = super().build(candidate, cache_dir)
         return Artifact(self.name, artifact.path, artifact.cached)
 

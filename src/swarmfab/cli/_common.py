@@ -21,18 +21,19 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.markup import escape  # noqa: E402
 
-from swarmfab.errors import GoalError, SwarmfabError  # noqa: E402
+from swarmfab.errors import GoalError, MissingExtraError, SwarmfabError  # noqa: E402
 
 if TYPE_CHECKING:
     from swarmfab.knowledge import Store
     from swarmfab.workloads import Shape
 
-__all__ = ["DB_ENV", "DEFAULT_DB", "STARTED", "AllowWeakSandboxOption", "DbOption", "JsonOption",
-           "LlmApiKeyEnvOption",
+__all__ = ["DB_ENV", "DEFAULT_DB", "ENGINE_MODULES", "STARTED", "AllowWeakSandboxOption",
+           "DbOption", "JsonOption", "LlmApiKeyEnvOption",
            "LlmBaseUrlOption", "LlmBudgetTokensOption", "LlmBudgetUsdOption",
            "LlmModelOption", "LlmPriceInputOption", "LlmPriceOutputOption",
            "LlmProviderOption", "command_started",
-           "console", "errors", "execute_goal", "friendly", "parse_shape", "say"]
+           "console", "errors", "execute_goal", "friendly", "parse_shape", "require_extra",
+           "say"]
 
 # the store's default path (swarmfab.knowledge.DEFAULT_DB, which imports SQLAlchemy)
 DEFAULT_DB = str(Path(".swarmfab") / "swarmfab.db")
@@ -102,6 +103,22 @@ def friendly(command: F) -> F:
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+# what an engine goal and `swarmfab serve` import (the engine extra)
+ENGINE_MODULES = ("httpx", "fastapi", "uvicorn", "prometheus_client", "safetensors",
+                  "tokenizers", "jinja2")
+
+
+def require_extra(extra: str, needed_for: str, modules: tuple[str, ...]) -> None:
+    """A MissingExtraError naming ``extra`` (pyproject.toml's optional dependencies) where
+    one of ``modules`` is not installed: said before a command starts any work. Nothing is
+    imported."""
+    from importlib.util import find_spec
+
+    for module in modules:
+        if find_spec(module) is None:
+            raise MissingExtraError(module, extra, needed_for)
 
 
 def parse_shape(text: str) -> Shape:

@@ -9,14 +9,17 @@ from typing import Any
 
 import typer
 
-from swarmfab.cli._common import command_started, console
+from swarmfab.cli._common import ENGINE_MODULES, command_started, console, require_extra
 
 __all__ = ["resume_engine", "run_engine"]
+
+ENGINE_GOAL = 'an engine goal (kind = "engine")'
 
 
 def run_engine(path: Path, *, budget: str | None, db: str, workdir: Path,
                seed: int | None, threads: int | None, max_evaluations: int | None,
                fail_if_no_champion: bool, use_lessons: bool = True) -> None:
+    require_extra("engine", ENGINE_GOAL, ENGINE_MODULES)
     from swarmfab.knowledge import Store
     from swarmfab.serving.factory import run_engine_goal
     from swarmfab.serving.goal import load_engine_goal
@@ -35,6 +38,7 @@ def resume_engine(store: Any, run_id: str, recorded: dict[str, Any], *, budget: 
                   fail_if_no_champion: bool, use_lessons: bool = True) -> None:
     """Continue a stopped engine run with the goal it recorded (``budget`` and
     ``max_evaluations`` given here replace the recorded ones for this session)."""
+    require_extra("engine", ENGINE_GOAL, ENGINE_MODULES)
     from swarmfab.serving.factory import run_engine_goal
     from swarmfab.serving.goal import validate_engine_goal
 

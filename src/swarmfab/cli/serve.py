@@ -8,7 +8,14 @@ from typing import Annotated, Any
 
 import typer
 
-from swarmfab.cli._common import DEFAULT_DB, DbOption, console, friendly
+from swarmfab.cli._common import (
+    DEFAULT_DB,
+    ENGINE_MODULES,
+    DbOption,
+    console,
+    friendly,
+    require_extra,
+)
 from swarmfab.errors import GoalError
 
 __all__ = ["dashboard", "loadgen", "serve"]
@@ -22,6 +29,7 @@ def dashboard(
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8765,
 ) -> None:
     """A local web dashboard of the runs in the store, updated live while they run."""
+    require_extra("report", "swarmfab dashboard", ("fastapi", "uvicorn", "matplotlib", "jinja2"))
     from swarmfab.knowledge import Store
     from swarmfab.report.dashboard import serve as serve_dashboard
 
@@ -70,6 +78,7 @@ def serve(
         = None,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (completions, chat, SSE)."""
+    require_extra("engine", "swarmfab serve", ENGINE_MODULES)
     from swarmfab.engine.async_engine import AsyncEngine
     from swarmfab.engine.engine import EngineConfig, LLMEngine
     from swarmfab.engine.server import create_app, run_server
@@ -146,6 +155,7 @@ def loadgen(
     """Load a running server as vLLM's `bench serve` does and print its metrics."""
     import asyncio
 
+    require_extra("engine", "swarmfab loadgen", ("httpx",))
     from swarmfab.engine.loadgen import LoadSpec, read_prompts, run_load
 
     slos: dict[str, float] = {}

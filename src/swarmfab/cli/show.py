@@ -9,7 +9,14 @@ from typing import Annotated, Any
 
 import typer
 
-from swarmfab.cli._common import DEFAULT_DB, DbOption, JsonOption, console, friendly
+from swarmfab.cli._common import (
+    DEFAULT_DB,
+    DbOption,
+    JsonOption,
+    console,
+    friendly,
+    require_extra,
+)
 
 __all__ = ["export", "report", "runs", "show"]
 
@@ -31,6 +38,7 @@ def report(
 
     store = Store(db)
     if out is not None:
+        require_extra("report", "the HTML report (report --out)", ("matplotlib", "jinja2"))
         from swarmfab.report.html import write_report
 
         written = write_report(store, run_id, out)

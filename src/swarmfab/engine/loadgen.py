@@ -23,10 +23,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import numpy as np
+
+from swarmfab.errors import import_extra
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["LoadSpec", "Prompt", "RequestRecord", "arrival_gaps", "random_prompts",
            "random_requests", "read_prompts", "run_load", "summarise"]
@@ -155,6 +159,8 @@ def arrival_gaps(count: int, rate: float, burstiness: float, seed: int) -> list[
 
 async def _one(client: httpx.AsyncClient, model: str, prompt: Prompt, max_tokens: int
                ) -> RequestRecord:
+    import httpx  # run_load has imported it (or said which extra brings it)
+
     record = RequestRecord(prompt_len=len(prompt))  # a text's tokens come with the usage
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens,
             "temperature": 0.0, "ignore_eos": True, "stream": True,
@@ -196,6 +202,7 @@ async def _model_card(client: httpx.AsyncClient) -> dict[str, Any]:
 
 async def run_load(spec: LoadSpec) -> dict[str, Any]:
     """Run the load against a server; vLLM-style results (see :func:`summarise`)."""
+    httpx = import_extra("httpx", "engine", "swarmfab loadgen")
     headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(base_url=spec.base_url, headers=headers, limits=limits,

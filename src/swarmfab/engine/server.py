@@ -19,13 +19,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from starlette.types import ASGIApp, Receive, Scope, Send
-
 from swarmfab.engine.async_engine import AsyncEngine
 from swarmfab.engine.engine import EngineConfig, LLMEngine
 from swarmfab.engine.logprobs import (
@@ -39,7 +32,17 @@ from swarmfab.engine.logprobs import (
 from swarmfab.engine.protocol import ChatCompletionRequest, CompletionRequest, error_body
 from swarmfab.engine.request import RequestOutput, SamplingParams
 from swarmfab.engine.slots import KernelSlots
-from swarmfab.errors import EngineError
+from swarmfab.errors import EngineError, MissingExtraError, import_extra
+
+try:  # the engine extra
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from starlette.types import ASGIApp, Receive, Scope, Send
+except ImportError as exc:
+    raise MissingExtraError(exc.name or "fastapi", "engine", "serving a model") from exc
 
 __all__ = ["create_app", "serve"]
 
@@ -336,7 +339,7 @@ def run_server(engine: AsyncEngine, app: FastAPI, host: str, port: int,
                log_level: str = "info") -> None:
     """Serve ``app`` until SIGINT or SIGTERM, the engine stepping in this (the main)
     thread and uvicorn's event loop in a helper (:meth:`AsyncEngine.run_with`)."""
-    import uvicorn
+    uvicorn = import_extra("uvicorn", "engine", "serving a model")
 
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level))
 

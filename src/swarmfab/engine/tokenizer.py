@@ -9,10 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jinja2
-from tokenizers import Tokenizer as _HfTokenizer
-
-from swarmfab.errors import EngineError
+from swarmfab.errors import EngineError, import_extra
 
 __all__ = ["DEFAULT_CHAT_TEMPLATE", "Detokenizer", "Tokenizer"]
 
@@ -32,13 +29,15 @@ class Tokenizer:
         if not path.exists():
             raise EngineError(f"{model_dir} has no tokenizer.json (a Hugging Face fast "
                               "tokenizer file); the engine needs one to serve text")
+        tokenizers = import_extra("tokenizers", "engine", "serving text")
+        self._jinja2 = import_extra("jinja2", "engine", "a chat template")
         try:
-            self._tokenizer = _HfTokenizer.from_file(str(path))
+            self._tokenizer = tokenizers.Tokenizer.from_file(str(path))
         except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
             raise EngineError(f"{path} cannot be loaded as a tokenizer: {exc}") from exc
         settings = _read_json(model_dir / "tokenizer_config.json")
         template = settings.get("chat_template") or DEFAULT_CHAT_TEMPLATE
-        self._template = jinja2.Environment(autoescape=False).from_string(template)
+        self._template = self._jinja2.Environment(autoescape=False).from_string(template)
         self.bos_token = settings.get("bos_token") if isinstance(
             settings.get("bos_token"), str) else None
 
@@ -60,7 +59,7 @@ class Tokenizer:
         try:
             return self._template.render(messages=messages, add_generation_prompt=True,
                                          bos_token=self.bos_token or "")
-        except jinja2.TemplateError as exc:
+        except self._jinja2.TemplateError as exc:
             raise EngineError(f"the chat template failed on these messages: {exc}") from exc
 
 

@@ -13,13 +13,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file
 
 from swarmfab.engine.config import ModelConfig
-from swarmfab.errors import EngineError
+from swarmfab.errors import EngineError, import_extra
 
 __all__ = ["AttentionWeights", "KdaWeights", "MlpWeights", "ModelWeights", "MoeWeights",
            "load_weights", "parameter_count"]
@@ -186,11 +185,13 @@ def load_weights(model_dir: Path, config: ModelConfig,
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         raise EngineError(f"{model_dir} holds no *.safetensors file")
+    safetensors = _safetensors()
     tensors: dict[str, torch.Tensor] = {}
     for file in files:
         try:
-            tensors.update(load_file(str(file)))
-        except (SafetensorError, OSError) as exc:
+            tensors.update(import_extra("safetensors.torch", "engine",
+                                        "loading a checkpoint").load_file(str(file)))
+        except (safetensors.SafetensorError, OSError) as exc:
             raise EngineError(f"cannot read {file}: {exc}") from exc
     return weights_from_tensors(tensors, config, dtype)
 
@@ -198,12 +199,18 @@ def load_weights(model_dir: Path, config: ModelConfig,
 def parameter_count(model_dir: Path) -> int:
     """How many parameters the checkpoint's safetensors files hold (read from their
     headers: no tensor is loaded)."""
+    safetensors = _safetensors()
     total = 0
     try:
         for path in sorted(model_dir.glob("*.safetensors")):
-            with safe_open(str(path), framework="pt") as tensors:
+            with safetensors.safe_open(str(path), framework="pt") as tensors:
                 for name in tensors.keys():  # noqa: SIM118 (a safe_open is no mapping)
                     total += math.prod(tensors.get_slice(name).get_shape())
-    except (OSError, SafetensorError) as exc:
+    except (OSError, safetensors.SafetensorError) as exc:
         raise EngineError(f"cannot read the weights of {model_dir}: {exc}") from exc
     return total
+
+
+def _safetensors() -> Any:
+    """The safetensors package (the engine extra), imported where a checkpoint is read."""
+    return import_extra("safetensors", "engine", "loading a checkpoint")

@@ -28,7 +28,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from swarmfab.errors import OUT_OF_SPACE, StoreError
+from swarmfab.errors import OUT_OF_SPACE, MissingExtraError, StoreError
 from swarmfab.knowledge import _migrate, lessons
 from swarmfab.knowledge._schema import (
     SCHEMA_VERSION,
@@ -85,8 +85,12 @@ def _engine(url: str) -> Engine:
         raise StoreError(f"--db {url}: a store is a SQLite path or a postgresql:// URL "
                          f"(got the {dialect!r} dialect)")
     if dialect == "postgresql":  # timestamps are written and read back in UTC
-        return create_engine(url, pool_pre_ping=True,
-                             connect_args={"options": "-c timezone=UTC"})
+        try:  # the driver (psycopg 3) is imported here: the postgres extra
+            return create_engine(url, pool_pre_ping=True,
+                                 connect_args={"options": "-c timezone=UTC"})
+        except ImportError as exc:
+            raise MissingExtraError(exc.name or "psycopg", "postgres",
+                                    "a PostgreSQL store") from exc
     engine = create_engine(url)
     sqlite_pragmas(engine)
     return engine

@@ -13,10 +13,15 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, cast
 
-import matplotlib
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_svg import FigureCanvasSVG
-from matplotlib.figure import Figure
+from swarmfab.errors import MissingExtraError
+
+try:  # the report extra
+    import matplotlib
+    from matplotlib.axes import Axes
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+    from matplotlib.figure import Figure
+except ImportError as exc:
+    raise MissingExtraError("matplotlib", "report", "drawing a run's charts") from exc
 
 from swarmfab.records import Estimate
 from swarmfab.report.run_view import RunView

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from swarmfab.errors import MissingExtraError, StoreError, import_extra
 
-from swarmfab.errors import StoreError
+try:  # the report extra
+    from fastapi import FastAPI, Request
+    from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+except ImportError as exc:
+    raise MissingExtraError(exc.name or "fastapi", "report", "the dashboard") from exc
 from swarmfab.knowledge import Store
 from swarmfab.report.html import render_run_body, templates
 from swarmfab.report.run_view import load_run_view
@@ -95,6 +98,6 @@ def create_app(store: Store, poll_ms: int = POLL_MS) -> FastAPI:
 
 def serve(store: Store, host: str = "127.0.0.1", port: int = 8765) -> None:
     """Serve the dashboard until interrupted."""
-    import uvicorn
+    uvicorn = import_extra("uvicorn", "report", "the dashboard")
 
     uvicorn.run(create_app(store), host=host, port=port, log_level="warning")

@@ -12,9 +12,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from swarmfab.errors import MissingExtraError, SwarmfabError
 
-from swarmfab.errors import SwarmfabError
+try:  # the report extra (torch brings jinja2 too)
+    from jinja2 import Environment, PackageLoader, select_autoescape
+except ImportError as exc:
+    raise MissingExtraError("jinja2", "report", "the HTML report") from exc
 from swarmfab.knowledge import Store
 from swarmfab.report.charts import all_charts
 from swarmfab.report.run_view import RunView, load_run_view

@@ -36,9 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from swarmfab.engine.loadgen import LoadSpec, random_prompts, run_load
+from swarmfab.errors import import_extra
 from swarmfab.measure.stats import median_ci, paired_ratio
 from swarmfab.records import CheckResult, Estimate, ShapeTiming, Status, Verdict
 from swarmfab.serving.goal import EngineGoal
@@ -93,6 +92,7 @@ class EngineProcess:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                              env=env, start_new_session=True,
                                              preexec_fn=_die_with_parent)
+        httpx = import_extra("httpx", "engine", 'an engine goal (kind = "engine")')
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
@@ -162,6 +162,7 @@ def verify_prompts(goal: EngineGoal, vocab: int) -> list[list[int]]:
 
 async def _greedy(url: str, prompts: list[list[int]], max_tokens: int, timeout_s: float
                   ) -> list[list[int]]:
+    httpx = import_extra("httpx", "engine", 'an engine goal (kind = "engine")')
     async with httpx.AsyncClient(base_url=url, timeout=timeout_s) as client:
         async def one(prompt: list[int]) -> list[int]:
             response = await client.post("/v1/completions", json={

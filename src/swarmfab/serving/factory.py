@@ -40,13 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from swarmfab.agents.base import Context
 from swarmfab.agents.builtin.bandit import bandit_agents
 from swarmfab.agents.builtin.recall import RecallAgent
 from swarmfab.agents.builtin.starting import StartingPointsAgent
 from swarmfab.engine.weights import parameter_count
+from swarmfab.errors import MissingExtraError, import_extra
 from swarmfab.knowledge import LessonContext, Store
 from swarmfab.knowledge.recall import Recalled
 from swarmfab.records import Candidate, CheckResult, Estimate, Lesson, Status, Verdict
@@ -68,6 +67,11 @@ from swarmfab.serving.goal import EngineGoal
 from swarmfab.serving.numerics import Scores, numerics_checks, score_continuations
 from swarmfab.serving.recipe import engine_space, kda_champions
 from swarmfab.swarm.gate import judge
+
+try:  # the engine extra
+    import httpx
+except ImportError as exc:
+    raise MissingExtraError("httpx", "engine", 'an engine goal (kind = "engine")') from exc
 
 __all__ = ["EngineRunResult", "auto_threads", "run_engine_goal", "same_under_traffic"]
 
@@ -475,9 +479,10 @@ def _resolved(setting: dict[str, Any], auto_threads: dict[str, int]) -> dict[str
 def auto_threads(model_dir: Path) -> dict[str, int]:
     """The intra-op threads ``threads = "auto"`` gives an engine of this checkpoint, per
     dtype (the engine decides by the bytes of its weights)."""
-    from safetensors import safe_open
-
     from swarmfab.engine.engine import DTYPES, EngineConfig
+
+    safe_open = import_extra("safetensors", "engine", 'an engine goal (kind = "engine")'
+                             ).safe_open
 
     parameters = 0
     for file in sorted(model_dir.glob("*.safetensors")):

@@ -23,9 +23,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-import httpx
-
+from swarmfab.errors import MissingExtraError
 from swarmfab.records import CheckResult
+
+try:  # the engine extra
+    import httpx
+except ImportError as exc:
+    raise MissingExtraError("httpx", "engine", 'an engine goal (kind = "engine")') from exc
 
 __all__ = ["Scores", "numerics_checks", "score_continuations"]
 

@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from swarmfab.errors import ClusterError
+from swarmfab.errors import ClusterError, import_extra
 from swarmfab.evaluation import Cancelled, Evaluator, EvaluatorRecipe, Implementation
 from swarmfab.records import Candidate
 from swarmfab.swarm.executors import Beside, Evaluation, default_workers
@@ -71,7 +71,7 @@ class RayExecutor:
     """Evaluations on Ray actors; one evaluation per actor at a time."""
 
     def __init__(self, evaluator: Evaluator, address: str = "auto", workers: int | None = None):
-        import ray
+        ray = import_extra("ray", "ray", "--executor ray")
 
         self._ray = ray
         self.evaluator = evaluator  # the driver's: its corpus is the one that grows

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from swarmfab.errors import GoalError, ProviderError
+from swarmfab.errors import GoalError, ProviderError, import_extra
 from swarmfab.goal import LLMSettings
 from swarmfab.sandbox import scrubbed_environment
 
@@ -90,8 +90,7 @@ class OpenAIProvider(Provider):
 
     def __init__(self, model: str, api_key: str, base_url: str | None = None,
                  timeout_s: float = 120.0, max_retries: int = 3, stream: bool = False):
-        import openai
-
+        openai = import_extra("openai", "llm", "the openai provider (LLM agents)")
         self.model, self.stream = model, stream
         self._timeout_s, self._retries = timeout_s, max_retries
         self._client: Any = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s,
@@ -145,8 +144,7 @@ class AnthropicProvider(Provider):
 
     def __init__(self, model: str, api_key: str, base_url: str | None = None,
                  timeout_s: float = 120.0, max_retries: int = 3, stream: bool = False):
-        import anthropic
-
+        anthropic = import_extra("anthropic", "llm", "the anthropic provider (LLM agents)")
         self.model, self.stream = model, stream
         self._timeout_s, self._retries = timeout_s, max_retries
         self._client: Any = anthropic.Anthropic(api_key=api_key, base_url=base_url,
