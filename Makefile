@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast test-integration lint typecheck bench bench-swarm bench-transfer bench-engine bench-engine-factory bench-policy bench-peers bench-ceiling gpu-compile-check clean
+.PHONY: demo test test-fast test-integration lint typecheck bench bench-model bench-swarm bench-transfer bench-engine bench-engine-factory bench-policy bench-peers bench-ceiling gpu-compile-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -106,6 +106,12 @@ gpu-compile-check: $(STAMP)
 	$(BIN)/pip freeze | grep '^torch==' > $(VENV)/torch-pin.txt  # Triton must not replace torch
 	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt -e ".[gpu]"
 	$(BIN)/python -m swarmfab.backends.gpu_compile_check
+
+# a KDA champion inside a Kimi Linear model made here (transformers, random weights, heads
+# of 128): prefill and decode with and without it, side by side, and the KDA share before
+# and after (about 10 min on 2 cores). BENCH_MODEL_ARGS: e.g. "--champion out/kda-champion"
+bench-model: $(DEV_STAMP)
+	$(BIN)/python scripts/bench_model.py $(BENCH_MODEL_ARGS)
 
 # built-in agents vs uniform random search over the same space: 3 seeds, 30 evaluations
 # each, every distinct candidate built, verified and timed once (about 10 min on 2 cores)
