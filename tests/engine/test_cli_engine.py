@@ -68,6 +68,57 @@ def test_a_kda_kernel_file_fills_both_kda_slots(tmp_path: Path,
     assert torch.allclose(state, expected_state, atol=1e-5)
 
 
+def test_an_exported_champion_fills_both_kda_slots_with_its_operator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exported package's directory: the engine calls its operator, the pool updated
+    in place at the engine's slots, and its call counter shows it ran."""
+    import json as json_
+
+    import torch
+
+    from swarmfab.cli import _kda_slots
+    from swarmfab.report.export import _init_source
+    from swarmfab.workloads import design_space, get_workload
+
+    class Run:
+        workload, id = "kda", "r1"
+
+    space = design_space("kda")
+    candidate = space.instantiate(space.default(), threads=1)
+    package = tmp_path / "exported" / "slots_champion"
+    package.mkdir(parents=True)
+    (package / candidate.entry).write_text(candidate.sources[candidate.entry])
+    (package / "__init__.py").write_text(_init_source("slots_champion", Run(), candidate, []))
+    (package / "provenance.json").write_text(json_.dumps({"candidate": candidate.id}))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    slots = _kda_slots(tmp_path / "exported")
+    assert slots.labels["kda_decode"] == "exported:slots_champion"
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 1, 2, 16, generator=generator) * 0.3 for _ in range(3))
+    g, beta = -torch.rand(2, 1, 2, 16, generator=generator), torch.rand(2, 1, 2)
+    pool = torch.randn(4, 2, 16, 16, generator=generator)
+    slots_of = torch.tensor([3, 0])
+    expected, expected_pool = get_workload("kda").baselines()["torch-recurrent"](
+        q, k, v, g, beta, initial_state=pool.clone(), inplace_final_state=True,
+        state_indices=slots_of)
+    out, after = slots.kda_decode(q, k, v, g, beta, initial_state=pool,
+                                  inplace_final_state=True, state_indices=slots_of)
+    assert after is pool and torch.allclose(pool, expected_pool, atol=1e-5)
+    assert torch.allclose(out, expected, atol=1e-5)
+    import slots_champion
+
+    assert slots_champion.calls["forward_pool"] == 1
+
+
+def test_a_directory_without_an_exported_champion_is_refused(tmp_path: Path) -> None:
+    from swarmfab.cli import _kda_slots
+    from swarmfab.errors import EngineError
+
+    with pytest.raises(EngineError, match="holds no exported champion"):
+        _kda_slots(tmp_path)
+
+
 def test_serve_on_a_taken_port_fails_with_a_clear_error(tiny_model: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

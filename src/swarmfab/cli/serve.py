@@ -116,6 +116,10 @@ def _kda_slots(file: Path) -> Any:
     from swarmfab.backends import get_backend
     from swarmfab.backends.files import candidate_from_file
     from swarmfab.engine.slots import KernelSlots
+    from swarmfab.engine.slots import KernelSlots
+
+    if file.is_dir():  # an exported champion: its operator
+        return KernelSlots().with_exported(file)
     from swarmfab.workloads import get_workload
 
     candidate = candidate_from_file("kda", file)

@@ -11,8 +11,11 @@ chunked form for prefill, the per-token recurrence for decode.
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -193,6 +196,13 @@ class KernelSlots:
         forward, label = choices[name]
         return replace(self, labels={**self.labels, slot: label}, **{slot: forward})
 
+    def with_exported(self, directory: Path) -> KernelSlots:
+        """These slots with an exported champion's operator (``swarmfab export``'s
+        directory, or the package inside it) in both KDA slots: its pooled form updates
+        each layer's states where they lie, as the engine decodes."""
+        package = import_exported(directory)
+        return self.with_kda(package.forward, label=f"exported:{package.__name__}")
+
     def with_kda(self, forward: Forward, label: str, *, prefill: bool = True,
                  decode: bool = True) -> KernelSlots:
         """These slots with a KDA ``forward`` (e.g. a factory champion) in prefill/decode."""
@@ -203,3 +213,23 @@ class KernelSlots:
                 changes[slot] = with_pools(forward)
                 labels[slot] = label
         return replace(self, labels=labels, **changes)
+
+
+def import_exported(directory: Path) -> Any:
+    """The package ``swarmfab export`` wrote under ``directory`` (or ``directory`` itself),
+    imported from there; EngineError when there is none."""
+    directory = directory.resolve()
+    packages = ([directory] if (directory / "__init__.py").is_file() else
+                sorted(p for p in directory.iterdir() if (p / "__init__.py").is_file()
+                       and (p / "provenance.json").is_file()) if directory.is_dir() else [])
+    if len(packages) != 1:
+        raise EngineError(f"{directory} holds no exported champion (a package directory with "
+                          "__init__.py and provenance.json, as `swarmfab export` writes)")
+    package = packages[0]
+    if str(package.parent) not in sys.path:
+        sys.path.insert(0, str(package.parent))
+    try:
+        return importlib.import_module(package.name)
+    except ImportError as exc:
+        raise EngineError(f"the exported champion {package} does not import here: {exc}"
+                          ) from exc
