@@ -90,7 +90,11 @@ def export_champion(store: Store, run_id: str | None, out: Path, name: str | Non
         f"`torch.ops.{package}.forward` (traced by torch.compile). "
         "Evidence: VERIFICATION.md, provenance.json.\n"
     )
-    build_wheel(out)
+    try:
+        build_wheel(out)
+    except SwarmfabError as exc:  # the package stands without it: `pip install DIR`
+        (out / "README.md").write_text((out / "README.md").read_text()
+                                       + f"\nNo wheel was built at export: {exc}\n")
     return out
 
 

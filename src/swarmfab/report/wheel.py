@@ -24,8 +24,12 @@ __all__ = ["SETUP_PY", "build_library", "build_wheel"]
 LIBRARY = "kernel.so"
 SETUP_PY = '''"""A platform wheel (py3-none-<platform>): the package carries a C library."""
 from setuptools import setup
-from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.dist import Distribution
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools before 70.1
+    from wheel.bdist_wheel import bdist_wheel
 
 
 class _Binary(Distribution):
@@ -59,15 +63,21 @@ def build_library(package_dir: Path, champion: Candidate) -> Path:
 
 
 def build_wheel(project: Path) -> Path:
-    """The platform wheel of the exported project in ``project`` (under ``project/dist``)."""
+    """The platform wheel of the exported project in ``project`` (under ``project/dist``):
+    with this environment's setuptools where it can build one, else in an isolated build
+    environment (pip fetches setuptools)."""
     dist = project / "dist"
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(dist.resolve()), str(project.resolve())],  # a path, not a name
-        capture_output=True, text=True, timeout=600, check=False)
-    wheels = sorted(dist.glob("*.whl"))
-    if done.returncode != 0 or not wheels:
-        raise SwarmfabError(f"building the champion's wheel failed: {done.stderr[-2000:]}")
-    for scratch in (project / "build", *project.glob("*.egg-info")):
-        shutil.rmtree(scratch, ignore_errors=True)  # setuptools' leftovers
-    return wheels[-1]
+    failures = []
+    for isolation in (["--no-build-isolation"], []):
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation,
+             "--wheel-dir", str(dist.resolve()), str(project.resolve())],  # a path, not a name
+            capture_output=True, text=True, timeout=600, check=False)
+        for scratch in (project / "build", *project.glob("*.egg-info")):
+            shutil.rmtree(scratch, ignore_errors=True)  # setuptools' leftovers
+        wheels = sorted(dist.glob("*.whl"))
+        if done.returncode == 0 and wheels:
+            return wheels[-1]
+        failures.append(done.stderr.strip().splitlines()[-1:] or ["no wheel"])
+    raise SwarmfabError("building the champion's wheel failed: "
+                        + "; ".join(line for lines in failures for line in lines))
