@@ -49,7 +49,7 @@ KDA_CALLS = ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention")
 
 def _default_champion(directory: Path) -> Path:
     """The per-token recurrence at its default knobs, as an exported package would hold it."""
-    from swarmfab.report.export import _init_source
+    from swarmfab.report.export import init_source
     from swarmfab.report.wheel import build_library
     from swarmfab.workloads import design_space
 
@@ -62,7 +62,7 @@ def _default_champion(directory: Path) -> Path:
     package = directory / "kda_champion"
     package.mkdir(parents=True)
     (package / champion.entry).write_text(champion.sources[champion.entry])
-    (package / "__init__.py").write_text(_init_source("kda_champion", Run(), champion, []))
+    (package / "__init__.py").write_text(init_source("kda_champion", Run(), champion, []))
     build_library(package, champion)
     return directory
 

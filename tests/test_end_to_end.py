@@ -159,7 +159,7 @@ MADE_UP_FEATURE = "avx9000"  # no CPU reports it
 def _package_requiring(required: list[str], tmp_path: Path) -> Path:
     """An exported KDA package (the template at its default knobs) whose import checks
     for ``required``; returns the directory to put on PYTHONPATH."""
-    from swarmfab.report.export import _init_source
+    from swarmfab.report.export import init_source
     from swarmfab.workloads import design_space
 
     class FakeRun:
@@ -170,7 +170,7 @@ def _package_requiring(required: list[str], tmp_path: Path) -> Path:
     package = tmp_path / "kda_champion"
     package.mkdir()
     (package / champion.entry).write_text(champion.sources[champion.entry])
-    (package / "__init__.py").write_text(_init_source("kda_champion", FakeRun(), champion,
+    (package / "__init__.py").write_text(init_source("kda_champion", FakeRun(), champion,
                                                       required))
     return tmp_path
 

@@ -78,7 +78,7 @@ def test_an_exported_champion_fills_both_kda_slots_with_its_operator(
     import torch
 
     from swarmfab.cli import _kda_slots
-    from swarmfab.report.export import _init_source
+    from swarmfab.report.export import init_source
     from swarmfab.workloads import design_space, get_workload
 
     class Run:
@@ -89,7 +89,7 @@ def test_an_exported_champion_fills_both_kda_slots_with_its_operator(
     package = tmp_path / "exported" / "slots_champion"
     package.mkdir(parents=True)
     (package / candidate.entry).write_text(candidate.sources[candidate.entry])
-    (package / "__init__.py").write_text(_init_source("slots_champion", Run(), candidate, []))
+    (package / "__init__.py").write_text(init_source("slots_champion", Run(), candidate, []))
     (package / "provenance.json").write_text(json_.dumps({"candidate": candidate.id}))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     slots = _kda_slots(tmp_path / "exported")

@@ -145,6 +145,8 @@ CATALOGUE: list[Row] = [
     Row("c_sampled_memo.c", ("(one element of each input nudged)", "o matches reference"),
         "cache keyed by pointers + a dozen sampled input values (one element of every "
         "input is now nudged in the same buffers)"),
+    Row("py_varlen_carries_state.py", ("'varlen-", "matches reference"),
+        "packed sequences run as one: each sequence's state carried into the next"),
     Row("py_lazy_output.py", ("outputs are plain tensors", "Deferred"),
         "lazy output: a tensor subclass that computes when read (every check reads it)"),
     # -- what only the battery reaches (the fast corpus accepts each: see below) -----

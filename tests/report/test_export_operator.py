@@ -1,6 +1,7 @@
 """An exported champion as a PyTorch operator, from its wheel, on a host without a compiler:
 ``torch.ops.<package>.forward`` (fake implementations: torch.compile traces it whole),
-the pool updated in place, and ``forward_out`` into the caller's buffers."""
+the pool updated in place, ``forward_out`` into the caller's buffers, and packed
+sequences (``cu_seqlens``) in one call."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from swarmfab.report.export import _init_source, _pyproject
+from swarmfab.report.export import _pyproject, init_source
 from swarmfab.report.wheel import SETUP_PY, build_library, build_wheel
 from swarmfab.workloads import design_space
 
@@ -52,7 +53,18 @@ before, slots = pool.clone(), torch.tensor([4, 1])
 step = [x[:, :1] for x in (q, k, v, g, beta)]
 kc.forward(*step, initial_state=pool, inplace_final_state=True, state_indices=slots)
 assert torch.equal(pool[[0, 2, 3]], before[[0, 2, 3]]) and not torch.equal(pool[4], before[4])
-assert kc.calls == {"forward": 1, "forward_pool": 1, "forward_out": 1}, kc.calls
+packed = workload.make_inputs(Case("p", Shape(1, 46, 2, 4, 32, 32, initial_state=True,
+                                              lengths=(1, 40, 5)), seed=2))
+expected = workload.reference(packed)
+o, state = torch.compile(lambda *x: kc.forward(*x[:5], scale=x[5], initial_state=x[6],
+                                               output_final_state=True, cu_seqlens=x[7]),
+                         fullgraph=True, backend="aot_eager")(
+    *(packed[n] for n in ("q", "k", "v", "g", "beta", "scale", "initial_state",
+                          "cu_seqlens")))
+for got, name in ((o, "o"), (state, "final_state")):
+    assert float((got.double() - expected[name]).norm() / expected[name].norm()) < 1e-5
+assert kc.calls == {"forward": 1, "forward_pool": 1, "forward_out": 1,
+                    "forward_varlen": 1}, kc.calls
 print("ok", kc.__file__)
 """
 
@@ -68,7 +80,7 @@ def test_the_exported_wheel_runs_as_an_operator_without_a_compiler(tmp_path: Pat
     package = project / "kda_champion"
     package.mkdir(parents=True)
     (package / champion.entry).write_text(champion.sources[champion.entry])
-    (package / "__init__.py").write_text(_init_source("kda_champion", _Run(), champion, []))
+    (package / "__init__.py").write_text(init_source("kda_champion", _Run(), champion, []))
     build_library(package, champion)
     (project / "pyproject.toml").write_text(_pyproject("kda_champion", "kda"))
     (project / "setup.py").write_text(SETUP_PY)

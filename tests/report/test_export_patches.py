@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from swarmfab.report.export import _init_source
+from swarmfab.report.export import init_source
 from swarmfab.workloads import design_space
 
 pytestmark = [pytest.mark.slow,
@@ -93,7 +93,7 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = root / "kda_champion"
     directory.mkdir()
     (directory / champion.entry).write_text(champion.sources[champion.entry])
-    (directory / "__init__.py").write_text(_init_source("kda_champion", _Run(), champion, []))
+    (directory / "__init__.py").write_text(init_source("kda_champion", _Run(), champion, []))
     return root
 
 

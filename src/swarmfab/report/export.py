@@ -79,7 +79,7 @@ def export_champion(store: Store, run_id: str | None, out: Path, name: str | Non
     for directory in (out, target):
         (directory / "provenance.json").write_text(text)
         (directory / "VERIFICATION.md").write_text(evidence)
-    (target / "__init__.py").write_text(_init_source(package, run, champion, required))
+    (target / "__init__.py").write_text(init_source(package, run, champion, required))
     build_library(target, champion)  # with the verified flags: no compiler where it serves
     (out / "pyproject.toml").write_text(_pyproject(package, run.workload))
     (out / "setup.py").write_text(SETUP_PY)
@@ -131,7 +131,7 @@ def _required_features(isa: str) -> list[str]:
     return [feature for feature in _VECTOR_FEATURES if feature in present]
 
 
-def _init_source(package: str, run: Any, champion: Candidate, required: list[str]) -> str:
+def init_source(package: str, run: Any, champion: Candidate, required: list[str]) -> str:
     template = resources.files("swarmfab.report").joinpath("templates/package_init.py.tmpl")
     per_channel = run.workload == "kda"
     return template.read_text().format(

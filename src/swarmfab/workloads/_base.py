@@ -58,6 +58,8 @@ class Shape:
 
     ``pool`` N > 0: the call updates states in place in a pool of N (>= B) states, each
     sequence in a slot of its own, as serving engines decode (implies an initial state).
+    ``lengths``: packed sequences of these lengths (fla's ``cu_seqlens``: B = 1, T their
+    sum), each with an initial and a final state of its own.
     """
 
     B: int
@@ -68,17 +70,29 @@ class Shape:
     V: int
     initial_state: bool = False
     pool: int = 0
+    lengths: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.pool and (self.pool < self.B or not self.initial_state):
             raise ValueError(f"a pool of {self.pool} states needs initial_state and at "
                              f"least one state per sequence (B = {self.B})")
+        if self.lengths and (self.B != 1 or self.pool or sum(self.lengths) != self.T
+                             or min(self.lengths) < 1):
+            raise ValueError(f"packed sequences need B = 1, no pool and T = the sum of their "
+                             f"lengths (each at least 1): B = {self.B}, T = {self.T}, "
+                             f"lengths {self.lengths}")
+
+    @property
+    def sequences(self) -> int:
+        """Sequences with a state of their own: B, or the packed sequences."""
+        return len(self.lengths) or self.B
 
     @property
     def label(self) -> str:
         heads = f"H{self.H}" if self.HV == self.H else f"H{self.H}/HV{self.HV}"
         state = f" +pool{self.pool}" if self.pool else " +h0" if self.initial_state else ""
-        return f"B{self.B} T{self.T} {heads} K{self.K} V{self.V}{state}"
+        batch = f"varlen{len(self.lengths)}" if self.lengths else f"B{self.B}"
+        return f"{batch} T{self.T} {heads} K{self.K} V{self.V}{state}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +201,8 @@ class Case:
         data["shape_kind"] = "dims" if isinstance(self.shape, Dims) else "delta"
         if data["shape"].get("pool") == 0:
             del data["shape"]["pool"]  # records from before pools read the same
+        if data["shape"].get("lengths") == ():
+            del data["shape"]["lengths"]  # and from before packed sequences
         return data
 
     @staticmethod
@@ -196,7 +212,8 @@ class Case:
         if data.get("shape_kind") == "dims":
             shape = Dims(tuple((str(n), int(v)) for n, v in data["shape"]["sizes"]))
         else:
-            shape = Shape(**data["shape"])
+            shape = Shape(**{**data["shape"],
+                             "lengths": tuple(data["shape"].get("lengths", ()))})
         return Case(
             name=data["name"], shape=shape,
             distribution=Distribution(**data["distribution"]), seed=int(data["seed"]),

@@ -241,3 +241,44 @@ int DELTA_SYMBOL(const float *q, const float *k, const float *v, const float *g,
     return DELTA_CONCAT(DELTA_SYMBOL, _indexed)(q, k, v, g, beta, h0, o, ht, NULL, B,
                                                 scale, B, T, H, HV, K, V);
 }
+
+/*
+ * The packed entry point (fla's cu_seqlens, B = 1): sequence n holds tokens
+ * cu_seqlens[n] .. cu_seqlens[n + 1] - 1 of q, k, v, g, beta and o; it starts from state
+ * h0[n] (zero where h0 is NULL) and ends in ht[n] ([N, HV, K, V]; ht may be NULL). Each
+ * sequence is the template's body on its own tokens, one after another, every thread on
+ * each: one call from the caller where it would make N. Returns 1 for offsets that do
+ * not run from 0 to T without decreasing, else what the body returns.
+ */
+int DELTA_CONCAT(DELTA_SYMBOL, _varlen)(
+    const float *q, const float *k, const float *v, const float *g, const float *beta,
+    const float *h0, float *o, float *ht, const int64_t *cu_seqlens, int64_t N,
+    float scale, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V)
+{
+    if (N < 1 || !cu_seqlens || !delta_shape_ok(1, T, H, HV, K, V)) return 1;
+    if (cu_seqlens[0] != 0 || cu_seqlens[N] != T) return 1;
+    for (int64_t n = 0; n < N; n++)
+        if (cu_seqlens[n + 1] < cu_seqlens[n]) return 1;
+#if DELTA_SCALAR_GATE
+    const int64_t gate_row = HV;
+#else
+    const int64_t gate_row = HV * K;
+#endif
+    const int64_t state = HV * K * V;
+    for (int64_t n = 0; n < N; n++) {
+        const int64_t start = cu_seqlens[n], steps = cu_seqlens[n + 1] - start;
+        if (steps == 0) {  /* an empty sequence: its state goes through unchanged */
+            if (ht)
+                for (int64_t i = 0; i < state; i++) ht[n * state + i] = h0 ? h0[n * state + i] : 0.0f;
+            continue;
+        }
+        const delta_args a = {q + start * H * K, k + start * H * K, v + start * HV * V,
+                              g + start * gate_row, beta + start * HV,
+                              h0 ? h0 + n * state : NULL, o + start * HV * V,
+                              ht ? ht + n * state : NULL, scale, 1, steps, H, HV, K, V,
+                              NULL, 1};
+        const int status = delta_run(&a);
+        if (status != 0) return status;
+    }
+    return 0;
+}

@@ -13,6 +13,8 @@ refreshed, and in ``swarmfab verify``:
   overflows), beta exactly 0 and exactly 1;
 - layouts: q, k, v, g and beta as views into wider buffers (split from one fused
   projection, as engines pass them) and column-major;
+- packed sequences (``cu_seqlens``): 48 of 4 tokens beside one of 1,024, each from its
+  own state;
 - threads: one, two and the evaluator's, each call repeated and compared bit for bit.
 """
 
@@ -45,6 +47,10 @@ def battery_cases(threads: int) -> list[Case]:
              layout="strided"),
         Case("battery: inputs column-major", mid, seed=_SEED + 8, layout="transposed"),
     ]
+    packed = (4,) * 48 + (1024,)  # an engine's prefill: many short requests, one long
+    cases.append(Case("battery: packed, 48 sequences of 4 tokens and one of 1024",
+                      Shape(1, sum(packed), 2, 4, 128, 128, True, lengths=packed),
+                      seed=_SEED + 9))
     spread = Shape(B=3, T=256, H=4, HV=8, K=128, V=128, initial_state=True)  # 24 pairs
     for n in sorted({1, 2, max(1, threads)}):
         cases.append(Case(f"battery: {n} thread(s), 24 pairs", spread, seed=_SEED + 10 + n,

@@ -51,6 +51,7 @@ from swarmfab.workloads._base import (
 from swarmfab.workloads.delta import math as delta_math
 from swarmfab.workloads.delta import pool as delta_pool
 from swarmfab.workloads.delta import reference as delta_reference
+from swarmfab.workloads.delta import varlen as delta_varlen
 from swarmfab.workloads.delta.fuzz import draw_delta_cases
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ __all__ = ["GatedDeltaRule"]
 
 _PROBE_TOKENS = 128  # tokens of the shape a setup estimate times
 _C_ARGTYPES = [ctypes.c_void_p] * 8 + [ctypes.c_float] + [ctypes.c_int64] * 6
+_C_VARLEN_ARGTYPES = ([ctypes.c_void_p] * 9 + [ctypes.c_int64] + [ctypes.c_float]
+                      + [ctypes.c_int64] * 5)  # ..., cu_seqlens, N, scale, T, H, HV, K, V
 _C_INDEXED_ARGTYPES = ([ctypes.c_void_p] * 9 + [ctypes.c_int64] + [ctypes.c_float]
                        + [ctypes.c_int64] * 6)
 
@@ -74,7 +77,8 @@ class GatedDeltaRule(Workload):
     family = "delta-rule"
     output_names = ("o", "final_state")
     dtypes = ("float32", "bfloat16")
-    c_optional_symbols = ("indexed",)  # the pooled entry point (see the module's doc)
+    # the pooled and the packed entry points (see the module's doc)
+    c_optional_symbols = ("indexed", "varlen")
     # torch-compile compiles for ~10 s per shape and job; ggml is there only where its
     # libraries are (the peers extra, or scripts/build_ggml.sh)
     opt_in_baselines = frozenset({"torch-compile", "ggml"})
@@ -126,7 +130,8 @@ class GatedDeltaRule(Workload):
             beta = torch.full_like(beta, dist.beta_fill)
         h0 = None
         if s.initial_state:
-            h0 = torch.randn(s.pool or s.B, s.HV, s.K, s.V, generator=gen, dtype=torch.float64)
+            h0 = torch.randn(s.pool or s.sequences, s.HV, s.K, s.V, generator=gen,
+                             dtype=torch.float64)
             h0 = (h0 * dist.magnitude).float()
         inputs: dict[str, torch.Tensor | float | None] = {
             "q": q.to(dtype), "k": k.to(dtype), "v": v.to(dtype), "g": g.float(),
@@ -135,27 +140,48 @@ class GatedDeltaRule(Workload):
         }
         if s.pool:  # decoded in place into a pool, sequences at shuffled slots
             inputs["state_indices"] = delta_pool.draw_indices(s.B, s.pool, gen)
+        if s.lengths:  # packed sequences, B = 1
+            inputs["cu_seqlens"] = delta_varlen.offsets(s.lengths)
         return inputs
 
     def reference(self, inputs: Inputs) -> Outputs:
         """The recurrence in float64: compiled (``delta.reference``) where a C compiler
-        works, else in PyTorch (:meth:`reference_torch`); tests hold the two equal."""
-        q, k, v, g, beta, h0 = self._float64(inputs)
-        computed = delta_reference.recurrent_f64(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
-        if computed is None:
-            return self.reference_torch(inputs)
-        return self._pooled_outputs(inputs, *computed)
+        works, else in PyTorch (:meth:`reference_torch`); tests hold the two equal.
+        Packed sequences: each on its own tokens, from its own state."""
+
+        def recurrence(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            return delta_reference.recurrent_f64(*args) or delta_math.recurrent(*args)
+
+        return self._computed(inputs, recurrence)
 
     def reference_torch(self, inputs: Inputs) -> Outputs:
         """The per-token recurrence in float64 PyTorch (the reference's definition)."""
-        q, k, v, g, beta, h0 = self._float64(inputs)
-        o, state = delta_math.recurrent(q, k, v, g, beta, float(inputs["scale"]), h0)  # type: ignore[arg-type]
-        return self._pooled_outputs(inputs, o, state)
+        return self._computed(inputs, delta_math.recurrent)
 
     def reference_chunked(self, inputs: Inputs, chunk: int = 64) -> Outputs:
         """The independent chunked formulation in float64 (cross-checks :meth:`reference`)."""
+        return self._computed(inputs, functools.partial(delta_math.chunked, chunk=chunk))
+
+    def _computed(self, inputs: Inputs, run: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+                  ) -> Outputs:
+        """``run(q, k, v, g, beta, scale, h0)`` on the inputs in float64: once per packed
+        sequence where there are several, else once, a pool's untouched states kept."""
         q, k, v, g, beta, h0 = self._float64(inputs)
-        o, state = delta_math.chunked(q, k, v, g, beta, float(inputs["scale"]), h0, chunk)  # type: ignore[arg-type]
+        scale = float(inputs["scale"])  # type: ignore[arg-type]
+        cu_seqlens = inputs.get("cu_seqlens")
+        if isinstance(cu_seqlens, torch.Tensor):
+
+            def one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                    beta: torch.Tensor, scale: float | None = None,
+                    initial_state: torch.Tensor | None = None,
+                    output_final_state: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                return run(q, k, v, g, beta, scale, initial_state)
+
+            o, state = delta_varlen.per_sequence(one, q, k, v, g, beta, scale, h0, True,  # type: ignore[arg-type]
+                                                 cu_seqlens)
+            assert state is not None
+            return {"o": o, "final_state": state}
+        o, state = run(q, k, v, g, beta, scale, h0)
         return self._pooled_outputs(inputs, o, state)
 
     def _float64(self, inputs: Inputs) -> list[torch.Tensor | None]:
@@ -205,14 +231,14 @@ class GatedDeltaRule(Workload):
     # -- compiled candidates --------------------------------------------------------
     def wrap_c(
         self, function: CFunction, *, fill_outputs: bool = True, device: str = "cpu",
-        indexed: CFunction | None = None,
+        indexed: CFunction | None = None, varlen: CFunction | None = None,
     ) -> Forward:
         """The kernel with fla's signature and the pool keywords; ``indexed``, the
         ``_indexed`` entry point where the library exports it, updates pools in place,
         and without it pooled calls gather and scatter around ``function``."""
         function.argtypes = _C_ARGTYPES
         function.restype = ctypes.c_int
-        symbol = self.c_symbol
+        symbol, packed = self.c_symbol, varlen
 
         def plain(
             q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -233,8 +259,9 @@ class GatedDeltaRule(Workload):
             return o.to(given), ht
 
         gathered = delta_pool.pooled(plain)  # pools gathered and scattered around plain
+        native = None if packed is None else self._wrap_varlen(packed, fill_outputs, device)
         if indexed is None:
-            return gathered
+            return delta_varlen.with_varlen(gathered, native)
         indexed.argtypes = _C_INDEXED_ARGTYPES
         indexed.restype = ctypes.c_int
 
@@ -258,7 +285,39 @@ class GatedDeltaRule(Workload):
                                          "refused)")
             return o.to(given), pool
 
-        return in_place
+        return delta_varlen.with_varlen(in_place, native)
+
+    def _wrap_varlen(self, function: CFunction, fill_outputs: bool, device: str
+                     ) -> Callable[..., tuple[torch.Tensor, torch.Tensor | None]]:
+        """The ``_varlen`` entry point: packed sequences in one call."""
+        function.argtypes = _C_VARLEN_ARGTYPES
+        function.restype = ctypes.c_int
+        symbol = self.c_symbol
+
+        def packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                   beta: torch.Tensor, scale: float | None, initial_state: torch.Tensor | None,
+                   output_final_state: bool, cu_seqlens: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+            given = v.dtype
+            q, k, v, g, beta = _prepared(device, initial_state, q, k, v, g, beta)
+            bounds = delta_varlen.checked_offsets(cu_seqlens, q.shape[1])
+            if q.shape[0] != 1:
+                raise KernelRefusedError(f"packed sequences come with B = 1, not {q.shape[0]}")
+            sequences = len(bounds) - 1
+            h0 = None if initial_state is None else initial_state.contiguous().float()
+            o = _output(v.shape, fill_outputs, device)
+            ht = (_output((sequences, *delta_pool.state_dims(q, v)), fill_outputs, device)
+                  if output_final_state else None)
+            offsets = torch.tensor(bounds, dtype=torch.int64, device=device)
+            scale_, _, steps, *sizes = _scalars(q, v, scale)
+            status = function(*_pointers(q, k, v, g, beta, h0, o, ht), _pointer(offsets),
+                              sequences, scale_, steps, *sizes)
+            if status != 0:
+                raise KernelRefusedError(f"{symbol}_varlen returned {status} (arguments "
+                                         "refused)")
+            return o.to(given), ht
+
+        return packed
 
     # -- baselines, corpus, cost ----------------------------------------------------
     def baselines(self) -> dict[str, Forward]:
@@ -303,6 +362,12 @@ class GatedDeltaRule(Workload):
             Case("decode-gva-wide-values", Shape(2, 1, 1, 2, 32, 144, initial_state=True),
                  seed=11),
             Case("one-token-no-state", Shape(2, 1, 2, 2, 16, 40), seed=12),
+            # packed sequences (cu_seqlens): one token beside a hundred, grouped values,
+            # each from its own state; and from zero states
+            Case("varlen-short-and-long", Shape(1, 136, 2, 4, 32, 16, True,
+                                                lengths=(1, 3, 90, 2, 40)), seed=13),
+            Case("varlen-no-state", Shape(1, 70, 1, 1, 16, 24, lengths=(5, 64, 1)),
+                 seed=14),
         ]
 
     def fuzz_cases(self, rng: random.Random, count: int) -> list[Case]:
@@ -371,6 +436,9 @@ def _invoke(
     if "state_indices" in inputs:
         pool = {"inplace_final_state": True, "state_indices": inputs["state_indices"]}
         forward = delta_pool.with_pools(forward)
+    if "cu_seqlens" in inputs:  # packed sequences: natively, or one call per sequence
+        pool = {"cu_seqlens": inputs["cu_seqlens"]}
+        forward = delta_varlen.with_varlen(forward)
     return forward(
         inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"],
         scale=inputs["scale"], initial_state=inputs["initial_state"],
