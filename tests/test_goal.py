@@ -202,3 +202,18 @@ def test_bfloat16_is_a_dtype_of_the_delta_rule_and_not_of_a_problem_file(tmp_pat
     text = f'workload = "{problem}"\ndtype = "bfloat16"\n'
     with pytest.raises(GoalError, match="takes its inputs in float32"):
         load_goal(_goal_file(tmp_path, text))
+
+
+def test_a_goal_names_packed_sequences_by_their_lengths(tmp_path: Path) -> None:
+    """fla's cu_seqlens as a target shape: B = 1 and T filled in from the lengths."""
+    goal = tmp_path / "goal.toml"
+    goal.write_text('workload = "kda"\nshapes = [{H = 2, K = 64, V = 64, lengths = [4, 4, '
+                    '200], initial_state = true}]\n')
+    [shape] = load_goal(goal).target_shapes()
+    assert isinstance(shape, Shape)
+    assert (shape.B, shape.T, shape.lengths) == (1, 208, (4, 4, 200))
+    assert shape.label == "varlen3 T208 H2 K64 V64 +h0"
+    goal.write_text('workload = "kda"\nshapes = [{B = 2, H = 2, K = 64, V = 64, '
+                    'lengths = [4, 4]}]\n')
+    with pytest.raises(GoalError, match="packed lengths need B = 1"):
+        load_goal(goal)

@@ -57,19 +57,37 @@ class _Strict(BaseModel):
 class ShapeSpec(_Strict):
     """One target shape. ``HV`` defaults to ``H`` (no grouped value heads). ``pool`` N:
     the call updates states in place in a pool of N states, as a serving engine decodes
-    (the sequences' slots are shuffled; implies ``initial_state``)."""
+    (the sequences' slots are shuffled; implies ``initial_state``). ``lengths``: packed
+    sequences of these lengths in one call, as an engine prefills many requests (fla's
+    ``cu_seqlens``; B = 1, T their sum, both filled in when left out)."""
 
-    B: Annotated[int, Field(ge=1, le=4096)]
-    T: Annotated[int, Field(ge=1, le=1_048_576)]
+    B: Annotated[int, Field(ge=1, le=4096)] = 1
+    T: Annotated[int | None, Field(ge=1, le=1_048_576)] = None
     H: Annotated[int, Field(ge=1, le=1024)]
     K: Annotated[int, Field(ge=1, le=1024)]
     V: Annotated[int, Field(ge=1, le=1024)]
     HV: Annotated[int | None, Field(ge=1, le=4096)] = None
     initial_state: bool = False
     pool: Annotated[int | None, Field(ge=1, le=65_536)] = None
+    lengths: list[Annotated[int, Field(ge=1, le=1_048_576)]] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _packed_tokens(cls, data: Any) -> Any:
+        """T of packed sequences is their lengths' sum, when not given."""
+        if isinstance(data, dict) and data.get("T") is None and isinstance(
+                data.get("lengths"), list) and all(isinstance(n, int) for n in data["lengths"]):
+            return {**data, "T": sum(data["lengths"])}
+        return data
 
     @model_validator(mode="after")
     def _grouped_heads_divide(self) -> ShapeSpec:
+        if self.lengths is not None and (self.B != 1 or self.pool is not None
+                                         or self.T != sum(self.lengths)):
+            raise ValueError(f"packed lengths need B = 1, no pool and T = their sum "
+                             f"({sum(self.lengths)})")
+        if self.T is None:
+            raise ValueError("T is required (or lengths, for packed sequences)")
         if self.HV is not None and self.HV % self.H:
             raise ValueError(f"HV ({self.HV}) must be a multiple of H ({self.H})")
         if self.pool is not None and self.pool < self.B:
@@ -77,9 +95,11 @@ class ShapeSpec(_Strict):
         return self
 
     def to_shape(self) -> Shape:
+        assert self.T is not None  # the validator fills it in
         return Shape(
             B=self.B, T=self.T, H=self.H, HV=self.HV or self.H, K=self.K, V=self.V,
             initial_state=self.initial_state or self.pool is not None, pool=self.pool or 0,
+            lengths=tuple(self.lengths or ()),
         )
 
 

@@ -381,6 +381,10 @@ class GatedDeltaRule(Workload):
     def probe_shape(self, shape: Shape) -> tuple[Shape, float]:  # type: ignore[override]
         """Every form here costs the same per token: a few tokens stand for the whole."""
         tokens = min(shape.T, _PROBE_TOKENS)
+        if shape.lengths:  # each packed sequence shortened alike
+            lengths = tuple(max(1, n * tokens // shape.T) for n in shape.lengths)
+            return (dataclasses.replace(shape, T=sum(lengths), lengths=lengths),
+                    shape.T / sum(lengths))
         return dataclasses.replace(shape, T=tokens), shape.T / tokens
 
     def design_space(self) -> DesignSpace:
