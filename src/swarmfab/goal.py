@@ -83,7 +83,7 @@ class ShapeSpec(_Strict):
     @model_validator(mode="after")
     def _grouped_heads_divide(self) -> ShapeSpec:
         if self.lengths is not None and (self.B != 1 or self.pool is not None
-                                         or self.T != sum(self.lengths)):
+                                         or sum(self.lengths) != self.T):
             raise ValueError(f"packed lengths need B = 1, no pool and T = their sum "
                              f"({sum(self.lengths)})")
         if self.T is None:
