@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast test-integration lint typecheck bench bench-model bench-swarm bench-transfer bench-engine bench-engine-factory bench-policy bench-peers bench-ceiling gpu-compile-check clean
+.PHONY: demo test test-fast test-integration lint typecheck bench bench-model bench-varlen bench-swarm bench-transfer bench-engine bench-engine-factory bench-policy bench-peers bench-ceiling gpu-compile-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -112,6 +112,10 @@ gpu-compile-check: $(STAMP)
 # and after (about 10 min on 2 cores). BENCH_MODEL_ARGS: e.g. "--champion out/kda-champion"
 bench-model: $(DEV_STAMP)
 	$(BIN)/python scripts/bench_model.py $(BENCH_MODEL_ARGS)
+
+# packed sequences (cu_seqlens) in one call against one call per sequence (a minute)
+bench-varlen: $(STAMP)
+	$(BIN)/python scripts/bench_varlen.py $(BENCH_VARLEN_ARGS)
 
 # built-in agents vs uniform random search over the same space: 3 seeds, 30 evaluations
 # each, every distinct candidate built, verified and timed once (about 10 min on 2 cores)
