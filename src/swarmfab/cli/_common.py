@@ -27,13 +27,12 @@ if TYPE_CHECKING:
     from swarmfab.knowledge import Store
     from swarmfab.workloads import Shape
 
-__all__ = ["DB_ENV", "DEFAULT_DB", "ENGINE_MODULES", "STARTED", "AllowWeakSandboxOption",
-           "DbOption", "JsonOption", "LlmApiKeyEnvOption",
-           "LlmBaseUrlOption", "LlmBudgetTokensOption", "LlmBudgetUsdOption",
-           "LlmModelOption", "LlmPriceInputOption", "LlmPriceOutputOption",
-           "LlmProviderOption", "command_started",
-           "console", "errors", "execute_goal", "friendly", "parse_shape", "require_extra",
-           "say"]
+__all__ = ["DB_ENV", "DEFAULT_DB", "ENGINE_MODULES", "RUN_HELP", "STARTED",
+           "AllowWeakSandboxOption", "DbOption", "JsonOption", "LlmApiKeyEnvOption",
+           "LlmBaseUrlOption", "LlmBudgetTokensOption", "LlmBudgetUsdOption", "LlmModelOption",
+           "LlmPriceInputOption", "LlmPriceOutputOption", "LlmProviderOption",
+           "RequiredRunArgument", "RunArgument", "command_started", "console", "errors",
+           "execute_goal", "friendly", "parse_shape", "print_json", "require_extra", "say"]
 
 # the store's default path (swarmfab.knowledge.DEFAULT_DB, which imports SQLAlchemy)
 DEFAULT_DB = str(Path(".swarmfab") / "swarmfab.db")
@@ -47,7 +46,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 DB_ENV = "SWARMFAB_DB"
 DbOption = Annotated[str, typer.Option(
     "--db", envvar=DB_ENV, help="SQLite path or SQLAlchemy URL of the store.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+JsonOption = Annotated[bool, typer.Option(
+    "--json", help="Print the result as JSON on stdout (progress, if any, on stderr).")]
+# a run is named the same way by every command: a positional RUN, an id or `latest`
+# (`bench --run RUN` is the one option: bench's positional is the workload)
+RUN_HELP = "A run id (see `swarmfab runs`) or latest"
+RunArgument = Annotated[str | None, typer.Argument(
+    metavar="RUN", help=f"{RUN_HELP} (the default).", show_default=False)]
+RequiredRunArgument = Annotated[str, typer.Argument(metavar="RUN", help=f"{RUN_HELP}.")]
 AllowWeakSandboxOption = Annotated[bool, typer.Option(
     "--allow-weak-sandbox",
     help="Run untrusted candidates (an LLM's, a file's) even where the sandbox holds only in "
@@ -127,6 +133,13 @@ def parse_shape(text: str) -> Shape:
     from swarmfab.goal import parse_shape as parse
 
     return parse(text)
+
+
+def print_json(data: Any) -> None:
+    """A command's result as JSON on stdout, alone (``--json``)."""
+    import json
+
+    typer.echo(json.dumps(data, indent=2, default=str))
 
 
 def say(line: str) -> None:

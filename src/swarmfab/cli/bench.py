@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from swarmfab.cli._common import (
     DEFAULT_DB,
+    RUN_HELP,
     AllowWeakSandboxOption,
     DbOption,
     JsonOption,
@@ -19,6 +20,7 @@ from swarmfab.cli._common import (
     errors,
     friendly,
     parse_shape,
+    print_json,
 )
 from swarmfab.errors import GoalError
 
@@ -137,7 +139,10 @@ def bench(
         help="A candidate file, 'champion' (of --run, default latest) or 'default' "
              "(the design space's starting point).")] = None,
     run_id: Annotated[str | None, typer.Option(
-        "--run", help="Run whose champion to use: an id or latest (default).")] = None,
+        "--run", metavar="RUN",
+        help=f"The run whose champion --candidate champion times: {RUN_HELP[0].lower()}"
+             f"{RUN_HELP[1:]} (the default). An option here, as the positional argument "
+             "is the workload.")] = None,
     shape: Annotated[list[str] | None, typer.Option(
         help="B,T,H,K,V[,HV][+h0|+poolN] (+h0: with an initial state; +poolN: states "
              "updated in place in a pool of N); repeatable.")] = None,
@@ -313,8 +318,10 @@ def bench_policy(
     threads: Annotated[int | None, typer.Option(help="Threads per benchmark.")] = None,
     db: DbOption = DEFAULT_DB,
     workdir: Annotated[Path, typer.Option(help="Build cache.")] = Path(".swarmfab"),
+    as_json: JsonOption = False,
 ) -> None:
-    """The built-in agents against uniform random search over the same design space."""
+    """The built-in agents against uniform random search over the same design space
+    (--json: the table on stdout, each candidate's timing on stderr)."""
     from swarmfab.goal import default_goal
     from swarmfab.knowledge import Store
     from swarmfab.report import policy_table
@@ -326,9 +333,17 @@ def bench_policy(
     space = design_space(workload)
     evaluator = evaluator_for(goal, workdir, Store(db), [parse_shape(shape)])
     reference = space.instantiate(space.default(), threads=goal.threads)
+    out = errors if as_json else console
     oracle = SpeedOracle(evaluator, evaluator.cases, reference,
-                         log=lambda line: console.print(line, highlight=False))
+                         log=lambda line: out.print(line, highlight=False))
     results = compare_policies(space, goal, oracle, range(seeds), max_evaluations)
     best, rows = summary(results, target, max_evaluations)
+    if as_json:
+        print_json({"workload": workload, "shape": shape, "threads": goal.threads,
+                    "seeds": seeds, "max_evaluations": max_evaluations, "target": target,
+                    "best_known_s": best, "distinct_candidates": len(oracle.seconds),
+                    "policies": [{"policy": policy, "evaluations_per_seed": counts,
+                                  "median": median} for policy, counts, median in rows]})
+        return
     console.print(policy_table(rows, best, target, max_evaluations, len(oracle.seconds),
                                f"{workload} {shape}, {goal.threads} thread(s)"))

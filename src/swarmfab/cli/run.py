@@ -13,6 +13,7 @@ from swarmfab.cli._common import (
     DEFAULT_DB,
     AllowWeakSandboxOption,
     DbOption,
+    JsonOption,
     LlmApiKeyEnvOption,
     LlmBaseUrlOption,
     LlmBudgetTokensOption,
@@ -21,10 +22,12 @@ from swarmfab.cli._common import (
     LlmPriceInputOption,
     LlmPriceOutputOption,
     LlmProviderOption,
+    RequiredRunArgument,
     console,
     errors,
     execute_goal,
     friendly,
+    print_json,
     say,
 )
 from swarmfab.errors import ClusterError, GoalError
@@ -171,10 +174,13 @@ def run(
     fail_if_no_champion: FailIfNoChampionOption = False,
     sizes: SizesOption = "auto",
     allow_weak_sandbox: AllowWeakSandboxOption = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Optimise a workload: agents propose, every candidate is verified and benchmarked.
 
-    A goal file with ``kind = "engine"`` tunes a whole serving engine instead."""
+    A goal file with ``kind = "engine"`` tunes a whole serving engine instead. With
+    --json the progress goes to stderr and stdout gets the outcome: run, status, verdict
+    counts, champion and its figures."""
     from swarmfab.knowledge import Store
     from swarmfab.serving.goal import is_engine_goal
 
@@ -191,7 +197,8 @@ def run(
                            **{_flag(key): value is not None for key, value in llm.items()}})
         run_engine(Path(target), budget=budget, db=db, workdir=workdir, seed=seed,
                    threads=threads, max_evaluations=max_evaluations,
-                   fail_if_no_champion=fail_if_no_champion, use_lessons=not no_lessons)
+                   fail_if_no_champion=fail_if_no_champion, use_lessons=not no_lessons,
+                   as_json=as_json)
         return
     from swarmfab.swarm.launch import load_target, sized_for_host
 
@@ -202,15 +209,15 @@ def run(
         goal = goal.with_overrides(allow_weak_sandbox=True)
     refuse_llm_without_agents(llm, goal.agents)  # all checked before a problem is sized
     factory = _executor_factory(executor, address)
-    goal = sized_for_host(goal, sizes, say)
+    goal = sized_for_host(goal, sizes, _progress(as_json))
     _launch(goal, Store(db), workdir, resume=None, executor=factory,
-            use_lessons=not no_lessons, fail_if_no_champion=fail_if_no_champion)
+            use_lessons=not no_lessons, fail_if_no_champion=fail_if_no_champion,
+            as_json=as_json)
 
 
 @friendly
 def resume(
-    run_id: Annotated[str, typer.Argument(
-        help="The run to continue: an id (see `swarmfab runs`) or latest.")],
+    run_id: RequiredRunArgument,
     budget: Annotated[str | None, typer.Option(help="Wall-time budget of this session.")] = None,
     db: DbOption = DEFAULT_DB,
     max_evaluations: Annotated[int | None, typer.Option(help="Stop after N evaluations.")] = None,
@@ -220,8 +227,10 @@ def resume(
     workdir: WorkdirOption = Path(".swarmfab"),
     no_lessons: NoLessonsOption = False,
     fail_if_no_champion: FailIfNoChampionOption = False,
+    as_json: JsonOption = False,
 ) -> None:
-    """Continue an interrupted or killed run: nothing already judged is evaluated again."""
+    """Continue an interrupted or killed run: nothing already judged is evaluated again
+    (--json: the outcome on stdout, as `run --json` prints it)."""
     from swarmfab.goal import Goal
     from swarmfab.knowledge import Store
 
@@ -237,21 +246,38 @@ def resume(
                            "--address": address != "auto"})
         resume_engine(store, record.id, record.goal, budget=budget, workdir=workdir,
                       max_evaluations=max_evaluations,
-                      fail_if_no_champion=fail_if_no_champion, use_lessons=not no_lessons)
+                      fail_if_no_champion=fail_if_no_champion, use_lessons=not no_lessons,
+                      as_json=as_json)
         return
     factory = _executor_factory(executor, address)
     goal = Goal.model_validate(record.goal).with_overrides(
         budget=budget, max_evaluations=max_evaluations, workers=workers)
     _launch(goal, store, workdir, resume=record.id, executor=factory,
-            use_lessons=not no_lessons, fail_if_no_champion=fail_if_no_champion)
+            use_lessons=not no_lessons, fail_if_no_champion=fail_if_no_champion,
+            as_json=as_json)
+
+
+def _progress(as_json: bool) -> Any:
+    """Where a command's progress lines go: stderr when stdout carries the JSON."""
+    if not as_json:
+        return say
+    return lambda line: errors.print(line, highlight=False, markup=False)
 
 
 def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
             executor: Any = None, use_lessons: bool = True,
-            fail_if_no_champion: bool = False) -> None:
+            fail_if_no_champion: bool = False, as_json: bool = False) -> None:
     from swarmfab.report import run_table
 
-    result, swarm = execute_goal(goal, store, workdir, resume, executor, use_lessons)
+    result, swarm = execute_goal(goal, store, workdir, resume, executor, use_lessons,
+                                 out=errors if as_json else console)
+    if as_json:
+        print_json(_outcome(result, swarm, store))
+        if result.status == "interrupted":
+            raise typer.Exit(130)
+        if result.champion is None and fail_if_no_champion:
+            raise typer.Exit(1)
+        return
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts.items()))
     console.print(
         f"run {result.run_id} {result.status}: {result.evaluations} evaluations ({counts})"
@@ -266,6 +292,21 @@ def _launch(goal: Any, store: Store, workdir: Path, resume: str | None,
         console.print(run_table(run_record.summary))
     console.print(f"champion {result.champion.id}: {result.champion.knobs}")
     console.print(f"champion source: {result.champion_dir}")
+
+
+def _outcome(result: Any, swarm: Any, store: Store) -> dict[str, Any]:
+    """What a run or resume ends with, for --json: the counts, the champion, the final
+    figures (the run's closing table) and the fastest baseline per shape."""
+    champion = result.champion
+    summary = store.run(result.run_id).summary or {}
+    fastest = getattr(swarm, "baseline_incumbents", None) or {}
+    return {"run": result.run_id, "status": result.status, "evaluations": result.evaluations,
+            "counts": dict(result.counts),
+            "champion": None if champion is None else champion.id,
+            "champion_knobs": None if champion is None else champion.knobs,
+            "champion_source": None if result.champion_dir is None else str(result.champion_dir),
+            "figures": summary.get("shapes", []),
+            "fastest_baselines": {str(shape): impl.name for shape, impl in fastest.items()}}
 
 
 def _no_champion(result: Any, swarm: Any) -> None:

@@ -12,8 +12,10 @@ from swarmfab.cli._common import (
     DEFAULT_DB,
     ENGINE_MODULES,
     DbOption,
+    JsonOption,
     console,
     friendly,
+    print_json,
     require_extra,
 )
 from swarmfab.errors import GoalError
@@ -67,8 +69,9 @@ def serve(
     max_model_len: Annotated[int, typer.Option(
         min=1, help="Prompt + output per request.")] = 4096,
     kda_kernel: Annotated[Path | None, typer.Option(
-        help="A KDA candidate file (C or Python, e.g. a champion's source) for both KDA "
-             "slots instead of the PyTorch references.")] = None,
+        help="A KDA candidate file (C or Python, e.g. a champion's source), or an exported "
+             "champion's directory (its operator), for both KDA slots instead of the "
+             "PyTorch references.")] = None,
     threads: Annotated[int | None, typer.Option(
         min=1, help="Intra-op threads (default: every CPU for a model over 64 MiB, one "
                     "fewer for a smaller one).")] = None,
@@ -113,13 +116,13 @@ def serve(
 
 
 def _kda_slots(file: Path) -> Any:
-    from swarmfab.backends import get_backend
-    from swarmfab.backends.files import candidate_from_file
-    from swarmfab.engine.slots import KernelSlots
     from swarmfab.engine.slots import KernelSlots
 
     if file.is_dir():  # an exported champion: its operator
         return KernelSlots().with_exported(file)
+    from swarmfab.backends import get_backend
+    from swarmfab.backends.files import candidate_from_file
+    from swarmfab.engine.slots import KernelSlots
     from swarmfab.workloads import get_workload
 
     candidate = candidate_from_file("kda", file)
@@ -154,9 +157,15 @@ def loadgen(
     percentile: Annotated[list[float] | None, typer.Option(
         help="Percentiles to report (default 99); repeatable.")] = None,
     api_key: Annotated[str | None, typer.Option(envvar="SWARMFAB_API_KEY")] = None,
-    result_file: Annotated[Path | None, typer.Option(help="Write the JSON here.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        metavar="FILE", help="Write the results as JSON here (every request's figures "
+                             "included).")] = None,
+    result_file: Annotated[Path | None, typer.Option(
+        "--result-file", hidden=True, help="Former spelling of --out.")] = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """Load a running server as vLLM's `bench serve` does and print its metrics."""
+    """Load a running server as vLLM's `bench serve` does and print its metrics (--json:
+    the results on stdout, as --out FILE writes them)."""
     import asyncio
 
     require_extra("engine", "swarmfab loadgen", ("httpx",))
@@ -183,6 +192,9 @@ def loadgen(
         raise GoalError(f"--range-ratio must lie in [0, 1), got {range_ratio:g}")
     if any(not 0 < p <= 100 for p in percentile or []):
         raise GoalError("--percentile must lie in (0, 100]")
+    if out is not None and result_file is not None:
+        raise GoalError("--result-file is the former spelling of --out: give one of them")
+    out = out or result_file
     spec = LoadSpec(base_url=base_url, num_prompts=num_prompts, input_len=input_len,
                     output_len=output_len, range_ratio=range_ratio, dataset=dataset,
                     request_rate=request_rate, burstiness=burstiness,
@@ -192,8 +204,11 @@ def loadgen(
         result = asyncio.run(run_load(spec))
     except OSError as exc:
         raise GoalError(f"cannot reach {base_url}: {exc}") from exc
-    if result_file:
-        result_file.write_text(json.dumps(result, indent=2))
+    if out:
+        out.write_text(json.dumps(result, indent=2))
+    if as_json:
+        print_json(result)
+        return
     summary = {k: v for k, v in result.items() if not isinstance(v, list)}
     for key, value in summary.items():
         shown = f"{value:.2f}" if isinstance(value, float) else str(value)

@@ -13,14 +13,14 @@ from swarmfab.cli._common import (
     DEFAULT_DB,
     DbOption,
     JsonOption,
+    RunArgument,
     console,
     friendly,
+    print_json,
     require_extra,
 )
 
 __all__ = ["export", "report", "runs", "show"]
-
-RunArgument = Annotated[str | None, typer.Argument(help="Run id or latest (default: latest).")]
 
 
 @friendly
@@ -29,9 +29,12 @@ def report(
     db: DbOption = DEFAULT_DB,
     as_json: JsonOption = False,
     out: Annotated[Path | None, typer.Option(
-        help="Write one self-contained HTML file (charts, lineage, evidence) here.")] = None,
+        metavar="FILE",
+        help="Write one self-contained HTML file (charts, lineage, evidence) here (the "
+             "report extra).")] = None,
 ) -> None:
-    """Summarise a run from the store: verdicts by status, champion lineage, final figures."""
+    """Summarise a run from the store: verdicts by status, champion lineage, final figures
+    (--out FILE: the HTML report instead; with --json, where it was written)."""
     from swarmfab.knowledge import Store
     from swarmfab.report import run_table
     from swarmfab.report.isolation import isolation_summary
@@ -42,6 +45,9 @@ def report(
         from swarmfab.report.html import write_report
 
         written = write_report(store, run_id, out)
+        if as_json:
+            print_json({"run": store.run(run_id).id, "out": str(written)})
+            return
         console.print(f"report written to {written}", highlight=False)
         return
     record = store.run(run_id)
@@ -244,20 +250,28 @@ def _seconds(value: Any) -> str:
 
 @friendly
 def export(
-    run_id: Annotated[str | None, typer.Argument(help="Run id or latest (default: latest).")
-                      ] = None,
-    out: Annotated[Path, typer.Option(help="Directory to write.")] = Path("champion"),
+    run_id: RunArgument = None,
+    out: Annotated[Path, typer.Option(metavar="DIR", help="Directory to write.")] = Path(
+        "champion"),
     name: Annotated[str | None, typer.Option(
         help="Python package name (default: WORKLOAD_champion).")] = None,
     db: DbOption = DEFAULT_DB,
+    as_json: JsonOption = False,
 ) -> None:
     """Write a run's champion as an installable package with provenance and evidence (an
     engine run's: its serving recipe)."""
     from swarmfab.knowledge import Store
     from swarmfab.report.export import export_champion
 
-    where = export_champion(Store(db), run_id, out, name)
-    if (where / "recipe.json").is_file():  # an engine run's recipe
+    store = Store(db)
+    where = export_champion(store, run_id, out, name)
+    recipe = (where / "recipe.json").is_file()  # an engine run's recipe
+    if as_json:
+        print_json({"run": store.run(run_id).id, "out": str(where),
+                    "kind": "recipe" if recipe else "package",
+                    "wheels": sorted(str(p) for p in (where / "dist").glob("*.whl"))})
+        return
+    if recipe:
         console.print(f"engine recipe exported to {where}: `swarmfab serve MODEL --recipe "
                       f"{where}`; evidence in EVIDENCE.md and provenance.json",
                       highlight=False)
@@ -267,13 +281,24 @@ def export(
 
 
 @friendly
-def runs(db: DbOption = DEFAULT_DB) -> None:
+def runs(db: DbOption = DEFAULT_DB, as_json: JsonOption = False) -> None:
     """List the runs in the store; a champion found stale by `refresh` is marked."""
     from swarmfab.knowledge import Store
     from swarmfab.knowledge.generations import Generations
 
     store = Store(db)
     generations = Generations(store)
+    if as_json:
+        listed = []
+        for record in store.runs():
+            generation = generations.of(record.id)
+            listed.append({"run": record.id, "workload": record.workload,
+                           "status": record.status, "champion": record.champion_id,
+                           "started_at": str(record.started_at),
+                           "finished_at": str(record.finished_at),
+                           "generation": generation.state, "successor": generation.successor})
+        print_json(listed)
+        return
     for record in store.runs():
         generation = generations.of(record.id)
         mark = "" if generation.state == "unchecked" else f" {generation.state}"
