@@ -29,7 +29,7 @@ CHAMPION = Candidate("kda", "c", {"k.c": "int kda_forward(void) { return 0; }\n"
 # every command that prints results, as invoked
 PRINTING = [["run"], ["resume"], ["show"], ["report"], ["runs"], ["export"], ["verify"],
             ["bench"], ["bench-policy"], ["suite"], ["refresh"], ["peaks"], ["lessons"],
-            ["corpus", "list"], ["doctor"], ["loadgen"]]
+            ["corpus", "list"], ["corpus", "show"], ["corpus", "add"], ["doctor"], ["loadgen"]]
 
 
 def invoke(*args: str | Path) -> Result:
@@ -65,6 +65,18 @@ def test_an_unknown_run_is_the_same_error_everywhere(tmp_path: Path) -> None:
         result = invoke(*command, "nosuchrun", "--db", db)
         assert result.exit_code == 1, (command, result.output)
         assert "no run 'nosuchrun' in the store" in result.output, (command, result.output)
+
+
+def test_corpus_add_and_show_print_the_case_as_json(tmp_path: Path) -> None:
+    db = tmp_path / "x.db"
+    added = invoke("corpus", "add", "kda", "--shape", "1,8,1,8,8+h0", "--name", "mine",
+                   "--json", "--db", db)
+    assert added.exit_code == 0, added.output
+    case = json.loads(added.stdout)
+    assert case["name"] == "mine" and case["shape"]["initial_state"] is True
+    shown = invoke("corpus", "show", "kda", "mine", "--json", "--db", db)
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout) == case
 
 
 def _finished_run(db: Path) -> str:

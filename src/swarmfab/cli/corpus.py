@@ -69,6 +69,8 @@ def show_case(
     workload: Annotated[str, typer.Argument(help="Workload name.")],
     name: Annotated[str, typer.Argument(help="Case name (see `corpus list`).")],
     db: DbOption = DEFAULT_DB,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the case as JSON (as it is printed without it too).")] = False,
 ) -> None:
     """One case as JSON (shape, distribution, seed, origin)."""
     from swarmfab.knowledge import Store
@@ -92,8 +94,10 @@ def add_case(
     magnitude: Annotated[float, typer.Option(help="Scale of v and the state.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed of the values.")] = 0,
     db: DbOption = DEFAULT_DB,
+    as_json: JsonOption = False,
 ) -> None:
-    """Add a case; every later verification and run of the workload replays it."""
+    """Add a case; every later verification and run of the workload replays it (--json:
+    the case added, as `corpus show` prints it)."""
     from swarmfab.knowledge import Store
     from swarmfab.workloads import Case, Distribution, get_workload
 
@@ -109,4 +113,7 @@ def add_case(
                 Distribution(gate_divisor, gate_zero_prob, kind, magnitude), seed, "user")
     if not Store(db).add_case(workload, case):
         raise StoreError(f"the {workload} corpus already has a case named {case.name!r}")
+    if as_json:
+        print(json.dumps(case.to_dict(), indent=2))
+        return
     console.print(f"added {case.name!r} to the {workload} corpus")
