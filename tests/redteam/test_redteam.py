@@ -152,7 +152,8 @@ CATALOGUE: list[Row] = [
     # -- what only the battery reaches (the fast corpus accepts each: see below) -----
     Row("c_tile_edge_64.c", ("'battery: ", "o matches reference"),
         "key channels in tiles of 64, the tail tile never visited (K = 128)"),
-    Row("c_race_past_16_pairs.c", ("'battery: ", "matches reference"),
+    # a wrong answer or two answers to the same inputs: whichever the race shows first
+    Row("c_race_past_16_pairs.c", ("'battery: ",),
         "pairs share one scratch state, on several threads only past 16 pairs"),
     Row("py_segments_forget_state.py", ("1024 tokens", "o matches reference"),
         "segments of 512 tokens, each from the initial state (T = 1024)"),

@@ -21,6 +21,7 @@ import torch
 from swarmfab.evaluation._references import salted_seed
 from swarmfab.records import Status, Verdict
 from swarmfab.verify import compare_outputs
+from swarmfab.verify.probes import BATTERY
 from swarmfab.workloads import Case, Tolerances, Workload
 
 __all__ = ["Battery"]
@@ -48,7 +49,7 @@ class Battery:
                 kept = []
                 salt = secrets.randbelow(2**31)  # once: the references are kept
                 for case in self.workload.battery_cases(self.threads):
-                    case = dataclasses.replace(case.in_dtype(self.dtype), origin="battery",
+                    case = dataclasses.replace(case.in_dtype(self.dtype), origin=BATTERY,
                                                seed=salted_seed(case.seed, salt))
                     why = self._outside(case)
                     if why:

@@ -65,7 +65,8 @@ class References:
         for case in cases:
             self.of(case)
             self.of(probes.twin_case(case))
-            self.of(case, nudged=True)
+            if case.origin != probes.BATTERY:  # the battery makes no nudged call
+                self.of(case, nudged=True)
 
     def keep(self, cases: Sequence[Case]) -> None:
         """Keep the references of ``cases`` for every later verification (the battery's,

@@ -40,6 +40,7 @@ import torch
 from swarmfab.workloads import Case, Inputs
 
 __all__ = [
+    "BATTERY",
     "SETTLE_SECONDS",
     "Settling",
     "aliased_outputs",
@@ -57,6 +58,7 @@ __all__ = [
     "write_into",
 ]
 
+BATTERY = "battery"  # the origin of the battery's cases: they skip the cache probes
 SETTLE_SECONDS = 0.02  # outputs re-read at least this long after their call returned
 SPIN_DOWN_SECONDS = 0.1  # thread pools spin a little after a call before they sleep
 IDLE_SECONDS = 0.3  # then the process should be idle for this long
