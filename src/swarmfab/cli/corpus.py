@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.table import Table
 
-from swarmfab.cli._common import DEFAULT_DB, DbOption, JsonOption, console, friendly, parse_shape
+from swarmfab.cli._common import (
+    DEFAULT_DB,
+    AllowWeakSandboxOption,
+    DbOption,
+    JsonOption,
+    console,
+    errors,
+    friendly,
+    parse_shape,
+)
 from swarmfab.errors import GoalError, StoreError
 
 if TYPE_CHECKING:
@@ -117,3 +127,81 @@ def add_case(
         print(json.dumps(case.to_dict(), indent=2))
         return
     console.print(f"added {case.name!r} to the {workload} corpus")
+
+
+@corpus_app.command("adequacy")
+@friendly
+def adequacy(
+    workload: Annotated[str, typer.Argument(help="Workload name or problem file, e.g. kda.")],
+    max_per_class: Annotated[int, typer.Option(
+        min=1, help="Mutants judged per class in each half (growth, scoring).")] = 10,
+    seed: Annotated[int, typer.Option(
+        help="Seed of the split into halves and of the order mutants are taken in.")] = 0,
+    budget: Annotated[float | None, typer.Option(
+        min=1, help="Seconds after which no further mutant is judged.")] = None,
+    operator: Annotated[list[str] | None, typer.Option(
+        help="Only these classes of the catalogue (repeatable).")] = None,
+    threads: Annotated[int | None, typer.Option(help="Threads for the candidates.")] = None,
+    eval_timeout: Annotated[float | None, typer.Option(
+        min=1, help="Seconds each verification job may run (default: the goal's).")] = None,
+    db: DbOption = DEFAULT_DB,
+    workdir: Annotated[Path, typer.Option(
+        help="Build cache; the verdict cache and the results go under adequacy/.")] = Path(
+        ".swarmfab"),
+    as_json: JsonOption = False,
+    allow_weak_sandbox: AllowWeakSandboxOption = False,
+) -> None:
+    """Measure verification with mutants: every operator of a fixed catalogue at every
+    site of the honest kernels and stored champions, split once into a growth and a
+    scoring half. A growth mutant only the battery kills adds its killing case to the
+    corpus; the scores (killed / non-equivalent, per tier and class) are the scoring
+    half's. Results: adequacy/WORKLOAD.json under --workdir and the store."""
+    from swarmfab.evaluation.adequacy import Subject, honest_kernels, measure_adequacy
+    from swarmfab.goal import default_goal
+    from swarmfab.knowledge import Store
+    from swarmfab.report.adequacy import (
+        adequacy_line,
+        adequacy_notes,
+        adequacy_table,
+        measurement_key,
+    )
+    from swarmfab.swarm.launch import evaluator_for
+    from swarmfab.verify.mutants import CATALOGUE
+
+    known = {op.name: op for op in CATALOGUE}
+    unknown = [name for name in operator or () if name not in known]
+    if unknown:
+        raise GoalError(f"--operator {', '.join(unknown)}: the classes are "
+                        f"{', '.join(known)}")
+    operators = tuple(known[name] for name in operator) if operator else CATALOGUE
+    goal = default_goal(workload).with_overrides(
+        threads=threads, eval_timeout=eval_timeout, allow_weak_sandbox=allow_weak_sandbox or None)
+    store = Store(db)
+    evaluator = evaluator_for(goal, workdir, store)
+    subjects = honest_kernels(evaluator.workload, workload, evaluator.threads)
+    for run in store.runs():
+        if run.workload == workload and run.champion_id:
+            subjects.append(Subject(f"champion of run {run.id}", store.candidate(run.champion_id)))
+    name = measurement_key(workload).removeprefix("adequacy ")
+    out = workdir / "adequacy"
+
+    def log(line: str) -> None:
+        errors.print(line, highlight=False, markup=False)
+
+    result = measure_adequacy(
+        evaluator, workload, subjects, seed=seed, max_per_class=max_per_class,
+        budget_s=budget, operators=operators,
+        grow=lambda case: store.add_case(workload, case), cache_path=out / f"{name}.verdicts.json",
+        log=log)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result.to_dict(), indent=2))
+    summary = result.summary()
+    store.save_measurement(measurement_key(workload), summary)
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    console.print(adequacy_table(summary))
+    console.print(adequacy_line(summary), highlight=False, markup=False)
+    for line in adequacy_notes(summary):
+        console.print(line, highlight=False, markup=False)
+    console.print(f"written to {out / f'{name}.json'}", highlight=False, markup=False)

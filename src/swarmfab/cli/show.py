@@ -37,6 +37,7 @@ def report(
     (--out FILE: the HTML report instead; with --json, where it was written)."""
     from swarmfab.knowledge import Store
     from swarmfab.report import run_table
+    from swarmfab.report.adequacy import adequacy_line, measurement_key
     from swarmfab.report.isolation import isolation_summary
 
     store = Store(db)
@@ -60,17 +61,22 @@ def report(
     ]
     counts = store.status_counts(record.id)
     isolation = isolation_summary(verdict for _, verdict in judged)
+    adequacy = store.measurement(measurement_key(record.workload))  # corpus adequacy's
     if as_json:
         data = {
             "run": record.id, "workload": record.workload, "status": record.status,
             "started_at": str(record.started_at), "finished_at": str(record.finished_at),
             "counts": counts, "champion": record.champion_id, "summary": record.summary,
             "isolation": isolation, "verdicts": verdicts,
+            "adequacy": adequacy and {"started": adequacy["started"],
+                                      "scores": adequacy["scores"]["scoring"]},
         }
         print(json.dumps(data, indent=2, default=str))
         return
     console.print(f"run {record.id} ({record.workload}): {record.status}; verdicts {counts}")
     console.print(f"isolation: {isolation['describe']}", highlight=False, markup=False)
+    if adequacy:
+        console.print(adequacy_line(adequacy), highlight=False, markup=False)
     for entry in verdicts:
         crown = " (champion)" if entry["champion"] else ""
         console.print(f"  {entry['candidate'][:10]} {entry['agent']:<20} {entry['status']:<12} "
