@@ -20,9 +20,18 @@ A suite started in the background by a non-interactive shell inherits SIGINT ign
 Python keeps an ignored SIGINT ignored, in the test process and in every process it starts:
 the Ctrl-C tests would then see no Ctrl-C at all. Here it is restored to Python's default.
 
-The modules start in descending order of their time in the last recorded run
-(``tests/durations.json``; ``--store-durations`` records it again), and ``make test`` hands
-each pytest-xdist worker one module at a time.
+Tests time what they time at a test's size: ``SWARMFAB_TIMING_PROTOCOL=test`` (see
+:func:`swarmfab.measure.timer.sized`: a minimum of 5 rounds at most and 1 s of rounds per
+timing, the precision targets unchanged) is set here, at import, so the
+forkserver and every run a test starts inherit it. The tests of the protocol itself are
+marked ``full_timing_protocol`` and time as a user's run does;
+``SWARMFAB_TIMING_PROTOCOL=full make test`` times every test so.
+
+The work starts in descending order of its time in the last recorded run
+(``tests/durations.json``, each test's seconds; ``--store-durations`` records them again),
+and ``make test`` hands each pytest-xdist worker one unit at a time: a module, or, for a
+module longer than :data:`SPLIT_SHARE` of the whole, each of its tests alone (its
+module-scoped fixtures are then made again where a worker takes up one of them).
 
 Nothing here assumes the host's instruction set: the ``isa`` fixture offers every value
 the design space's vector knob can take on some CPU, and skips, saying why, the ones this
@@ -46,11 +55,13 @@ import torch
 from swarmfab.backends._base import SHARED_BUILDS_ENV
 from swarmfab.kernels import DesignSpace
 from swarmfab.kernels._host import all_isa_names, isa_targets
+from swarmfab.measure.timer import PROTOCOL_ENV
 from swarmfab.records import Candidate
 from swarmfab.workloads import design_space
 from swarmfab.workloads.delta.kda import KDA
 
 torch.set_num_threads(1)
+os.environ.setdefault(PROTOCOL_ENV, "test")  # before any forkserver or run starts
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -63,47 +74,107 @@ def _forkserver_with_the_compiler() -> None:
     start_forkserver(compiler=True)
 
 
-# -- the order modules start in ------------------------------------------------------
-# `make test` hands each pytest-xdist worker one module at a time (--dist loadscope), in
-# collection order: the longest modules, by their time in the last full run recorded
-# here, go first, so the last ones to start are short and no worker idles at the end
-# while another finishes a long one. A module not recorded counts as an average one.
+# -- the timing protocol ---------------------------------------------------------------
+FULL_PROTOCOL = "full_timing_protocol"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{FULL_PROTOCOL}: tests the timing protocol itself: "
+                            f"timed as a user's run is ({PROTOCOL_ENV} unset)")
+
+
+@pytest.fixture(autouse=True)
+def _timing_protocol(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full protocol for a test marked ``full_timing_protocol`` (and whatever it
+    starts); every other test keeps the session's (the module's doc)."""
+    if request.node.get_closest_marker(FULL_PROTOCOL) is not None:
+        monkeypatch.delenv(PROTOCOL_ENV, raising=False)
+
+
+# -- the order work starts in --------------------------------------------------------
+# `make test` hands each pytest-xdist worker one unit at a time (--dist loadscope, the
+# scheduler below), in collection order: the longest units, by their time in the last
+# full run recorded here, go first, so the last ones to start are short and no worker
+# idles at the end while another finishes a long one. A unit is a module, or each test of
+# a module that took more than SPLIT_SHARE of the whole suite's time: one long module
+# would otherwise keep a worker busy while the other has finished everything else. A test
+# not recorded counts as an average one.
 DURATIONS = Path(__file__).with_name("durations.json")
+SPLIT_SHARE = 0.03
 _measured: Counter[str] = Counter()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--store-durations", action="store_true",
-                     help=f"record each module's time in this run in {DURATIONS.name} (the "
-                          "order modules start in); run the whole suite with it")
+                     help=f"record each test's time in this run in {DURATIONS.name} (the "
+                          "order work starts in); run the whole suite with it")
+
+
+class _Durations:
+    """Each recorded test's seconds, and each module's (the sum of its tests')."""
+
+    def __init__(self) -> None:
+        self.tests: dict[str, float] = (json.loads(DURATIONS.read_text())
+                                        if DURATIONS.exists() else {})
+        self.modules: Counter[str] = Counter()
+        for nodeid, seconds in self.tests.items():
+            self.modules[_module(nodeid)] += seconds
+        self.test_average = statistics.mean(self.tests.values()) if self.tests else 0.0
+        self.split_s = SPLIT_SHARE * sum(self.tests.values())
+        self.module_average = statistics.mean(self.modules.values()) if self.modules else 0.0
+
+    def unit(self, nodeid: str) -> str:
+        module = _module(nodeid)
+        return nodeid if self.modules[module] > self.split_s else module
+
+    def seconds(self, unit: str) -> float:
+        if "::" in unit:
+            return self.tests.get(unit, self.test_average)
+        return self.modules.get(unit, self.module_average)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
-    unknown = statistics.mean(recorded.values()) if recorded else 0.0
+    recorded = _Durations()
     first: dict[str, int] = {}
     for index, item in enumerate(items):
-        first.setdefault(_module(item.nodeid), index)
-    items.sort(key=lambda item: (-recorded.get(_module(item.nodeid), unknown),
-                                 first[_module(item.nodeid)]))
+        first.setdefault(recorded.unit(item.nodeid), index)
+    items.sort(key=lambda item: (-recorded.seconds(recorded.unit(item.nodeid)),
+                                 first[recorded.unit(item.nodeid)]))
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """--dist loadscope with the units above (a module, or a long module's tests)."""
+    if config.getoption("dist", None) != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    recorded = _Durations()
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return recorded.unit(nodeid)
+
+    return Units(config, log)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _measured[_module(report.nodeid)] += report.duration
+    _measured[report.nodeid] += report.duration
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if not session.config.getoption("store_durations") or hasattr(session.config,
                                                                   "workerinput"):
         return  # only the controller of an xdist run, which hears every worker's reports
-    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
-    recorded.update({module: round(seconds, 1) for module, seconds in _measured.items()})
-    DURATIONS.write_text(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n")
+    recorded = _Durations().tests
+    measured = {_module(nodeid) for nodeid in _measured}
+    kept = {nodeid: s for nodeid, s in recorded.items() if _module(nodeid) not in measured}
+    kept.update({nodeid: round(seconds, 1) for nodeid, seconds in _measured.items()})
+    DURATIONS.write_text(json.dumps(dict(sorted(kept.items())), indent=1) + "\n")
 
 
 def _module(nodeid: str) -> str:
     return nodeid.split("::")[0]
-
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,9 @@ from swarmfab.backends import cuda_device_available
 from swarmfab.measure import TimingPolicy, time_interleaved
 from swarmfab.measure.gpu import DEFAULT_L2_BYTES, l2_flush_bytes
 
+# the protocol itself: timed at full size, not the suite's test size (tests/conftest.py)
+pytestmark = pytest.mark.full_timing_protocol
+
 needs_device = pytest.mark.skipif(not cuda_device_available(), reason="needs a CUDA device")
 MiB = 2**20
 

@@ -15,6 +15,9 @@ import pytest
 
 from swarmfab.measure import TimingPolicy, classify, paired_ratio, time_interleaved
 
+# the protocol itself: timed at full size, not the suite's test size (tests/conftest.py)
+pytestmark = pytest.mark.full_timing_protocol
+
 STEPS = 40_000
 POLICY = TimingPolicy(min_rounds=15, max_rounds=80, max_seconds=8.0, target_width=0.01)
 

@@ -8,8 +8,19 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from swarmfab.measure import TimingPolicy, classify, median_ci, paired_ratio, time_interleaved
+from swarmfab.measure import (
+    CONFIRMATION,
+    TimingPolicy,
+    classify,
+    median_ci,
+    paired_ratio,
+    time_interleaved,
+)
+from swarmfab.measure.timer import PROTOCOL_ENV, sized
 from swarmfab.records import Estimate
+
+# the protocol itself: timed at full size, not the suite's test size (tests/conftest.py)
+pytestmark = pytest.mark.full_timing_protocol
 
 
 def _timings(n: int = 40, seed: int = 0) -> list[float]:
@@ -161,3 +172,23 @@ def test_a_long_call_gets_no_untimed_call_before_its_samples_but_a_short_one_doe
     assert len(samples["slow"]) == len(samples["fast"]) == 3  # fewer rounds: a long call
     assert counts["slow"] == 1 + 3  # one warm-up call, then only the samples
     assert counts["fast"] >= 2 + 2 * 3  # warm-up rounds, and an untimed call per sample
+
+
+def test_a_test_sized_protocol_stops_sooner_and_asks_no_less(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SWARMFAB_TIMING_PROTOCOL=test (the suite's, for tests that do not test the
+    protocol): fewer rounds before stopping is considered and a shorter time cap; the
+    precision asked of a ratio is unchanged, and without the variable nothing is."""
+    assert sized(CONFIRMATION) is CONFIRMATION  # this module: the full protocol
+    monkeypatch.setenv(PROTOCOL_ENV, "test")
+    small = sized(CONFIRMATION)
+    assert (small.min_rounds, small.max_seconds) == (5, 1.0)
+    assert small.target_width == CONFIRMATION.target_width
+    assert small.max_rounds == CONFIRMATION.max_rounds
+    assert sized(small) == small  # already within a test's size
+    policy = TimingPolicy(min_rounds=4, max_rounds=12, max_seconds=30.0, warmup_calls=1,
+                          target_width=1e-12)  # never precise enough: runs to a limit
+    samples = time_interleaved({"a": lambda: time.sleep(0.1), "b": lambda: time.sleep(0.002)},
+                               policy, reference="a")  # rounds of about 0.2 s
+    assert 4 <= len(samples["a"]) < 12  # the test's time cap ended it

@@ -11,14 +11,21 @@ Rounds go on until the confidence interval of every paired ratio is narrow enoug
 policy may ask less of a ratio of many times, whose comparison is already decided), or
 the time cap is reached (then the interval says how sure we are, and the comparison
 stays honest).
+
+``SWARMFAB_TIMING_PROTOCOL=test`` (:data:`PROTOCOL_ENV`) sizes every timing to a test's,
+whatever policy was chosen (:func:`sized`): its minimum of rounds capped at
+:data:`TEST_MIN_ROUNDS` and its time cap at :data:`TEST_MAX_SECONDS`. The test suite sets
+it for the tests that do not test the protocol itself, and the runs they start inherit
+it; a user never needs it: the figures it gives are rougher, not different.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -28,10 +35,12 @@ from swarmfab.measure.stats import paired_ratio
 __all__ = [
     "CONFIRMATION",
     "EVALUATION",
+    "PROTOCOL_ENV",
     "HostStopwatch",
     "Stopwatch",
     "TimingPolicy",
     "last_level_cache_bytes",
+    "sized",
     "time_interleaved",
 ]
 
@@ -82,6 +91,22 @@ CONFIRMATION = TimingPolicy(min_rounds=10, max_rounds=200, max_seconds=8.0, targ
 a switch costs calls of half a second or more at most about 1% (a few milliseconds)."""
 
 
+PROTOCOL_ENV = "SWARMFAB_TIMING_PROTOCOL"
+# a test-sized timing (the module's doc): EVALUATION's rounds at least, a second at most
+TEST_MIN_ROUNDS = 5
+TEST_MAX_SECONDS = 1.0
+
+
+def sized(policy: TimingPolicy) -> TimingPolicy:
+    """``policy`` as this process times it: as chosen, or cut to a test's size where
+    ``SWARMFAB_TIMING_PROTOCOL=test`` (read at each call: a test of the protocol unsets
+    it). Precision targets stay: a test-sized timing stops sooner, it asks no less."""
+    if os.environ.get(PROTOCOL_ENV, "").strip().lower() != "test":
+        return policy
+    return replace(policy, min_rounds=min(policy.min_rounds, TEST_MIN_ROUNDS),
+                   max_seconds=min(policy.max_seconds, TEST_MAX_SECONDS))
+
+
 class Stopwatch(Protocol):
     """Where a sample's time comes from (the host clock, or CUDA events on a device)."""
 
@@ -119,8 +144,10 @@ def time_interleaved(
     """Seconds per call for each implementation, over the same rounds.
 
     Precision is judged on each implementation's ratio to ``reference``. ``stopwatch``
-    defaults to the host clock with the policy's cache flush.
+    defaults to the host clock with the policy's cache flush. The policy is
+    :func:`sized` first (a test-sized protocol where the environment asks for one).
     """
+    policy = sized(policy)
     watch = stopwatch or HostStopwatch(policy.flush_bytes)
     names = list(calls)
     first = _warm_up(calls, policy.warmup_calls, watch, long_call_s=policy.long_call_s)
