@@ -34,28 +34,34 @@ demo: $(STAMP)
 # the suite on every core the process may use (pytest-xdist; most tests wait on child
 # processes, so two workers on 2 cores take ~60% of the time of one), then the tests
 # marked exclusive alone; TEST_WORKERS=0 runs the first part in one process. Each worker
-# takes one module at a time, the longest first (tests/durations.json; see
-# tests/conftest.py). Each part names its slowest tests (the suite's time on 2 cores is a
-# budget)
+# takes one module (or one test of a long module) at a time, the longest first
+# (tests/durations.json; see tests/conftest.py), and times at a test's size
+# (SWARMFAB_TIMING_PROTOCOL=test; the protocol's own tests at full size). Each part names
+# its slowest tests (the suite's time on 2 cores is a budget: under 10 minutes). The
+# tests marked integration are make test-integration's
 TEST_WORKERS ?= auto
 TEST_DIST := --dist loadscope --no-loadscope-reorder
 test: $(DEV_STAMP)
 	$(MAKE) lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) -m "not exclusive" --durations=25
-	$(BIN)/python -m pytest -q -m exclusive --durations=10
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) -m "not exclusive and not integration" --durations=25
+	$(BIN)/python -m pytest -q -m "exclusive and not integration" --durations=10
 
-# the suite without the tests marked slow: a few minutes on 2 cores
+# the suite without the tests marked slow: under 3 minutes on 2 cores
 test-fast: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) -m "not slow and not integration"
 
-# the sandbox as other users see it (tests/sandbox/test_every_user.py): hostile candidates
+# the tests marked integration (a heavy real component). The sandbox as other users see
+# it (tests/sandbox/test_every_user.py): hostile candidates
 # run by an unprivileged user made for the test, root's jobs dropping to nobody, and (only
 # here: about a minute) the sandbox's whole suite as root on an interpreter every user
-# reaches, where every job drops. Then the core install (tests/test_install.py, marked
-# integration: a few minutes, with the package index): a fresh venv, torch and
-# `pip install .` without extras, where run, verify, bench and export must work
+# reaches, where every job drops. Then runs on a real two-node Ray cluster
+# (tests/swarm/test_ray.py, about 3 minutes, alone: `ray stop --force` ends every
+# cluster). Then the core install (tests/test_install.py, marked integration: a few
+# minutes, with the package index): a fresh venv, torch and `pip install .` without
+# extras, where run, verify, bench and export must work
 test-integration: $(DEV_STAMP)
 	SWARMFAB_INTEGRATION=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/sandbox/test_every_user.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m integration tests/swarm/test_ray.py
 	SWARMFAB_INTEGRATION=1 TORCH_SPEC="$(TORCH_SPEC)" $(BIN)/python -m pytest -q -p no:cacheprovider -m integration tests/test_install.py
 
 lint: $(DEV_STAMP)

@@ -26,6 +26,9 @@ from every_user import HERE, make_test_user, reachable_python, run_as
 from swarmfab.sandbox._landlock import abi_version
 
 ROOT = os.geteuid() == 0
+# a second OS user made for the test, and an interpreter copied where every user reaches
+# it: make test-integration runs this module, make test leaves it out
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,8 @@ pytestmark = [
     # cluster on the machine, and a node pinned to a core that other tests keep busy
     # misses heartbeats and is declared dead
     pytest.mark.exclusive,
+    # a real cluster of two nodes, minutes of it: make test-integration runs it
+    pytest.mark.integration,
     pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores"),
     pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset"),
     pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc"),
