@@ -1,4 +1,7 @@
-"""A run survives Ctrl-C and kill -9: nothing recorded is lost, nothing judged twice."""
+"""A run survives Ctrl-C and kill -9: nothing recorded is lost, nothing judged twice.
+
+One run takes both, one after the other (each resumed): the goal's setup and first
+evaluations are paid once."""
 
 from __future__ import annotations
 
@@ -58,10 +61,27 @@ def _run_id(tmp_path: Path) -> str:
 
 
 @pytest.mark.slow
-def test_resume_after_kill_minus_9_loses_nothing_and_repeats_nothing(tmp_path: Path) -> None:
+def test_a_run_survives_ctrl_c_then_kill_minus_9_losing_nothing_and_repeating_nothing(
+    tmp_path: Path,
+) -> None:
+    """One goal, three processes: Ctrl-C stops the run gracefully with everything
+    recorded; resumed, it is killed with SIGKILL inside an evaluation; resumed again, it
+    finishes without judging any candidate twice."""
     (tmp_path / "goal.toml").write_text(GOAL)
     process = _swarmfab(tmp_path, "run", "goal.toml")
-    _wait_for_verdicts(tmp_path, 3, process)
+    _wait_for_verdicts(tmp_path, 2, process)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, output
+    assert "swarmfab resume" in output and "Traceback" not in output
+    with sqlite3.connect(tmp_path / "x.db") as db:
+        status = db.execute("select status from runs").fetchone()[0]
+    assert status == "interrupted"
+    interrupted, _ = _verdicts(tmp_path)
+    assert interrupted >= 2
+
+    process = _swarmfab(tmp_path, "resume", _run_id(tmp_path), "--budget", "60s")
+    _wait_for_verdicts(tmp_path, interrupted + 1, process)
     time.sleep(0.37)  # somewhere inside the next evaluation
     os.kill(process.pid, signal.SIGKILL)
     process.wait(30)
@@ -80,18 +100,3 @@ def test_resume_after_kill_minus_9_loses_nothing_and_repeats_nothing(tmp_path: P
     summary = json.loads(shown.stdout)
     assert summary["status"] == "finished" and summary["verdicts"] == after
     assert summary["champion"] is not None
-
-
-@pytest.mark.slow
-def test_ctrl_c_stops_gracefully_with_everything_recorded(tmp_path: Path) -> None:
-    (tmp_path / "goal.toml").write_text(GOAL)
-    process = _swarmfab(tmp_path, "run", "goal.toml")
-    _wait_for_verdicts(tmp_path, 2, process)
-    process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=60)
-    assert process.returncode == 130, output
-    assert "swarmfab resume" in output and "Traceback" not in output
-    with sqlite3.connect(tmp_path / "x.db") as db:
-        status = db.execute("select status from runs").fetchone()[0]
-    assert status == "interrupted"
-    assert _verdicts(tmp_path)[0] >= 2
