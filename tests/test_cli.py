@@ -164,6 +164,8 @@ def test_run_with_a_bad_budget_option_exits_2(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
+# the full verification battery: tens of seconds (make test-fast leaves it out)
+@pytest.mark.slow
 @needs_cc
 def test_verify_accepts_the_rendered_template(
     tmp_path: Path, write_file: Callable[[str, str], Path], template_source: str
@@ -240,6 +242,8 @@ def test_verify_reports_build_failures_with_diagnostics(
     assert "┃ case" not in text.output  # no empty table of checks that never ran
 
 
+# the full verification battery: tens of seconds (make test-fast leaves it out)
+@pytest.mark.slow
 def test_verify_accepts_a_python_candidate(
     tmp_path: Path, write_file: Callable[[str, str], Path]
 ) -> None:

@@ -364,6 +364,7 @@ def test_a_recipe_that_cannot_start_is_reported_with_its_log(tiny_model: Path,
     assert not process.alive()
 
 
+@pytest.mark.slow  # a whole run
 def test_a_short_engine_run_records_verdicts_and_its_recipe_serves(
     tiny_model: Path, tmp_path: Path
 ) -> None:

@@ -16,8 +16,9 @@ Timing exploits cannot be seen by ``verify`` (it does not time); they are run th
 
 All verifications share one module-scoped store and build cache. Python candidates do
 their math in torch inside the sandbox, seconds to tens of seconds each, and the timing
-checks time real kernels: those are marked slow (``make test-fast`` leaves them out);
-the C rows and the escape attempt run there too.
+checks time real kernels: those are marked slow (``make test-fast`` leaves them out), as
+is every verification that meets the whole battery (an accepted candidate, a row only
+the battery rejects: tens of seconds); the other C rows run there too.
 """
 
 from __future__ import annotations
@@ -172,7 +173,10 @@ BATTERY_ONLY = ("c_tile_edge_64.c", "c_race_past_16_pairs.c", "py_segments_forge
 
 
 def _param(row: Row) -> object:
-    marks = [needs_cc] if row.file.endswith(".c") else [pytest.mark.slow]
+    c_row = row.file.endswith(".c")
+    marks = [needs_cc] if c_row else []
+    if not c_row or row.file in BATTERY_ONLY:  # Python math, or the whole battery
+        marks.append(pytest.mark.slow)
     if row.hole:
         marks.append(pytest.mark.xfail(strict=True, reason=f"hole: {row.hole}"))
     return pytest.param(row, id=Path(row.file).stem, marks=marks)
@@ -247,6 +251,7 @@ def test_the_fast_corpus_alone_accepts_what_only_the_battery_rejects(
 
 
 @needs_cc
+@pytest.mark.slow  # the whole battery
 def test_a_battery_case_that_breaks_a_candidate_joins_the_corpus(tmp_path: Path) -> None:
     """After the battery rejects a candidate, the fast tier of the same store rejects it
     too, with the case the battery found."""
@@ -274,6 +279,7 @@ def templates(workdir: Path) -> dict[str, Path]:
 
 
 @needs_cc
+@pytest.mark.slow  # the whole battery
 @pytest.mark.parametrize("workload", ["kda", "gdn"])
 def test_the_rendered_template_is_accepted(
     workload: str, templates: dict[str, Path], workdir: Path
@@ -284,7 +290,7 @@ def test_the_rendered_template_is_accepted(
 
 
 @pytest.mark.parametrize("file", [
-    pytest.param("honest_plain.c", marks=needs_cc, id="honest_plain"),
+    pytest.param("honest_plain.c", marks=[needs_cc, pytest.mark.slow], id="honest_plain"),
     pytest.param("honest_chunked.py", marks=pytest.mark.slow, id="honest_chunked"),
 ])
 def test_honest_controls_are_accepted(file: str, workdir: Path) -> None:
@@ -311,6 +317,7 @@ def test_the_input_recogniser_is_wrong_on_inputs_it_has_not_seen(workdir: Path) 
     assert_rejected(code, verdict, ("o matches reference",))
 
 
+@pytest.mark.slow  # honest math: the whole battery
 def test_a_candidate_cannot_write_outside_its_job_directory(workdir: Path) -> None:
     """Even as root, seccomp refuses mount_setattr and friends, so the read-only view of
     the file systems cannot be undone."""
