@@ -205,6 +205,7 @@ def test_a_candidate_is_given_models_weights_by_name(problem_file: Path) -> None
     assert torch.equal(module.fc.weight, state.weights["fc.weight"])
 
 
+@pytest.mark.slow  # the whole verification battery: tens of seconds
 def test_honest_candidate_is_accepted(tmp_path: Path, problem_file: Path) -> None:
     code, verdict = _verify(tmp_path, problem_file, HONEST)
     assert code == 0 and verdict["status"] == "accepted", verdict["reason"]
