@@ -65,7 +65,12 @@ def test_the_setup_is_estimated_from_probe_shapes_and_each_step_is_logged(
     assert any(line.startswith("baselines on B1 T64 H2 K16 V16 (estimated)") for line in lines)
 
 
-def test_a_budget_the_setup_would_not_fit_is_refused_at_once(tmp_path: Path) -> None:
+def test_a_budget_the_setup_would_not_fit_is_refused_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a peaks file of its own: the session's may be written by another worker between
+    # the estimate below and the check's, which would then leave out measuring the peaks
+    monkeypatch.setenv("SWARMFAB_HOST_PEAKS", str(tmp_path / "host-peaks.json"))
     goal = _goal(shapes=[{"B": 1, "T": 2048, "H": 4, "K": 64, "V": 64}])
     setup = _setup(goal, Store(tmp_path / "x.db"), tmp_path, [])
     estimate = setup.estimate or setup._estimate()
