@@ -204,6 +204,7 @@ def test_the_prefill_slot_offers_both_c_forms_and_their_tokens_are_the_engine_s(
         Recipe({"kda_decode": "c-recurrent"}).kernel_slots(tmp_path / "kernels")
 
 
+@pytest.mark.slow  # engines started and judged: several seconds
 def test_a_recipe_that_changes_numerics_is_judged_teacher_forced(tiny_model: Path,
                                                                  tmp_path: Path) -> None:
     """bfloat16 is scored on the reference's own continuation: its top-1 agreement and
@@ -439,6 +440,7 @@ def _earlier_engine_run(store: Store, goal: EngineGoal, changes: dict[str, objec
     return run_id
 
 
+@pytest.mark.slow  # engines started and served: several seconds
 def test_an_exported_recipe_serves_the_same_tokens(tiny_model: Path, tmp_path: Path) -> None:
     """A crowned engine run exported, then served with ``serve --recipe``."""
     store = Store(tmp_path / "runs.db")
@@ -487,6 +489,7 @@ def test_an_engine_whose_exit_lags_its_failure_is_seen_to_end(tmp_path: Path) ->
         engine._process.wait()
 
 
+@pytest.mark.slow  # engines under load until they die: several seconds
 def test_an_engine_that_runs_out_of_memory_or_dies_under_load_is_a_contained_verdict(
         tiny_model: Path, tmp_path: Path) -> None:
     """A pool larger than memory fails at start; an engine killed while serving (as the

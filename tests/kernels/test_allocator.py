@@ -80,6 +80,7 @@ def test_retaining_is_rendered_only_when_chosen_and_says_it_is_process_wide(
         assert ("PROCESS-WIDE" in source) is rendered
 
 
+@pytest.mark.slow  # two sandboxed sessions per engine, one compiling: 6-18 s
 @pytest.mark.parametrize("engine", ["eager", "inductor"])
 def test_a_retaining_model_new_runs_without_page_faults_once_warm(
         problem: Path, tmp_path: Path, engine: str) -> None:
@@ -123,7 +124,8 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 @pytest.mark.parametrize(("shape", "afresh"), [
-    (Shape(1, 512, 1, 16, 16, 1024), True),  # o: 32 MiB, the mmap threshold
+    pytest.param(Shape(1, 512, 1, 16, 16, 1024), True,  # o: 32 MiB, the mmap threshold
+                 marks=pytest.mark.slow),  # 9 s: the other two stay in make test-fast
     (Shape(1, 480, 1, 16, 16, 1024), False),  # o: 30 MiB, the final state 1 MiB
     (Shape(1, 16, 1, 16, 16, 15360), False),  # o and the final state 15 MiB each
 ], ids=["32MiB", "31MiB", "2x15MiB"])
