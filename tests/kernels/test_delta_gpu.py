@@ -88,6 +88,7 @@ def test_the_triton_recurrent_kernel_matches_the_float64_reference_in_the_interp
 BF16 = [case.in_dtype("bfloat16") for case in (TAIL, GVA, STRONG_DECAY, POOL)]
 
 
+@pytest.mark.slow  # a sandboxed verify in Triton's interpreter per kernel: 4-6 s each
 @pytest.mark.parametrize(("kernel", "precision"), [("triton-chunked", "ieee"),
                                                    ("triton-chunked", "bf16"),
                                                    ("triton-chunked-parallel", "bf16"),
