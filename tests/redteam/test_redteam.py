@@ -362,7 +362,9 @@ def test_bench_times_a_clock_patching_candidate_for_real(file: str, workdir: Pat
     seconds = {name: estimate["median"] for name, estimate in table["seconds"].items()}
     assert seconds["candidate"] > 0
     ratio = seconds["candidate"] / seconds["torch-chunked"]
-    assert 0.5 < ratio < 4, f"candidate timed at {ratio:.2f}x torch-chunked: {seconds}"
+    # each exploit, had it worked, would read 0.1x or less; honest noise on a loaded
+    # 2-core host with the test-sized protocol has read as low as 0.49x
+    assert 0.3 < ratio < 4, f"candidate timed at {ratio:.2f}x torch-chunked: {seconds}"
 
 
 def test_bench_reports_a_lazy_output_as_rejected_not_as_fast(workdir: Path) -> None:
