@@ -8,10 +8,12 @@ checks a surviving mutant on.
   ``Model``'s own arithmetic eagerly.
 - **Beyond the battery.** A mutant that survives both tiers is checked once more against
   the float64 reference on cases past the battery's: longer sequences and tile edges
-  the battery does not reach, partial value tiles, stronger decay with more -inf gates,
+  the battery does not reach, partial value tiles and keys past the last whole vector,
+  moderate decay (a chunk's cumulative decay past exp's floor while a block's span stays
+  small), stronger decay with more -inf gates, decode with -inf and zero gates,
   other thread counts and layouts combined with extreme values; for a problem file its
-  own sizes with other weights, inputs scaled by 30, 100 and 10,000, all or nine tenths
-  of the inputs exactly zero. A case outside the operator's domain (the file's own Model
+  own sizes with other weights, inputs scaled by 30, 100 and 10,000, all or 99 in 100
+  of the inputs exactly zero, in other layouts. A case outside the operator's domain (the file's own Model
   fails it) is left out, as the battery leaves it out.
 """
 
@@ -138,8 +140,18 @@ def _delta_beyond(threads: int) -> list[Case]:
         Case("beyond: tile edge T129, B3 H1/HV2", _shape(3, 129, 1, 2)),
         Case("beyond: tile edge T65, B2 H2", _shape(2, 65, 2, 2)),
         Case("beyond: K96 V80 (partial tiles) T333 H3/HV6", _shape(2, 333, 3, 6, K=96, V=80)),
+        Case("beyond: K100 V72 (keys past the last whole vector) T97 H1/HV2",
+             _shape(2, 97, 1, 2, K=100, V=72)),
         Case("beyond: strong decay, a fifth of the gates -inf", _shape(2, 500, 2, 4),
              Distribution(gate_divisor=0.05, gate_fill="-inf", gate_fill_prob=0.2)),
+        Case("beyond: moderate decay (g / 0.5): a chunk decays past exp's floor, a block "
+             "does not", _shape(2, 300, 2, 8), Distribution(gate_divisor=0.5)),
+        Case("beyond: moderate decay (g / 0.6)", _shape(2, 300, 2, 8),
+             Distribution(gate_divisor=0.6)),
+        Case("beyond: decode in place, a tenth of the gates -inf", _shape(64, 1, 2, 4, pool=80),
+             Distribution(gate_fill="-inf", gate_fill_prob=0.1)),
+        Case("beyond: decode, gates exactly 0, beta exactly 1", _shape(32, 1, 2, 4),
+             Distribution(gate_fill="0", beta_fill=1.0)),
         Case("beyond: gates 0 over 2048 tokens, values x1000", _shape(1, 2048, 1, 2),
              Distribution(gate_fill="0", magnitude=1e3)),
         Case("beyond: beta near 1, half the gates -100", _shape(2, 300, 2, 4),
@@ -166,9 +178,10 @@ def _problem_beyond(workload: Workload, threads: int) -> list[Case]:
         Case("beyond: inputs scaled by 100, column-major", small,
              Distribution(input_scale=100.0), layout="transposed"),
         Case("beyond: inputs scaled by 10,000", small, Distribution(input_scale=1e4)),
-        Case("beyond: every input exactly 0", small, Distribution(zero_prob=1.0)),
-        Case("beyond: nine tenths of the inputs 0, strided", small,
-             Distribution(zero_prob=0.9), layout="strided"),
+        Case("beyond: every input exactly 0, column-major, 1 thread", small,
+             Distribution(zero_prob=1.0), layout="transposed", threads=1),
+        Case("beyond: 99 in 100 inputs 0, strided", small,
+             Distribution(zero_prob=0.99), layout="strided"),
     ]
     odd = _odd_sizes(workload, small)
     if odd is not None:

@@ -4,7 +4,8 @@ other memory layouts and thread counts, weights loaded again into a live module.
 - sizes: the file's own, where this host holds them (memory) and the float64 reference
   takes seconds, not minutes; else the largest halving that does. A bug that shows only
   at the real size (a block size, a second pass) is met there;
-- values: every floating input scaled by 1,000, and half of their elements exactly zero.
+- values: every floating input scaled by 1,000; half, nine tenths and all of their
+  elements exactly zero (a row of zeros, a variance near the epsilon).
   Such a case is kept only where the file's own eager Model, in float32, still matches
   the float64 reference on it (:meth:`ProblemWorkload.domain_baseline`): an input the
   operator's arithmetic itself overflows at is outside the problem, not a candidate's
@@ -70,7 +71,10 @@ def battery_cases(problem: ProblemWorkload, threads: int) -> list[Case]:
         full, seed=_SEED)]
     seed = _SEED + 1
     for name, distribution in (("inputs scaled by 1000", Distribution(input_scale=1e3)),
-                               ("half the inputs exactly 0", Distribution(zero_prob=0.5))):
+                               ("half the inputs exactly 0", Distribution(zero_prob=0.5)),
+                               ("nine tenths of the inputs exactly 0",
+                                Distribution(zero_prob=0.9)),
+                               ("every input exactly 0", Distribution(zero_prob=1.0))):
         cases.append(Case(f"battery: {name}", small, distribution, seed=seed))
         seed += 1
     for layout, name in (("strided", "inputs strided (views of wider buffers)"),
