@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from swarmfab.backends._base import Artifact, Backend
+from swarmfab.backends._base import SHARED_BUILDS_ENV, Artifact, Backend
 from swarmfab.backends.c import CBackend, host_isa
 from swarmfab.backends.gpu import CudaBackend, TritonBackend, cuda_device_available
 from swarmfab.backends.python import (
@@ -16,6 +16,7 @@ from swarmfab.backends.python import (
 from swarmfab.errors import CandidateError
 
 __all__ = [
+    "SHARED_BUILDS_ENV",
     "Artifact",
     "Backend",
     "CBackend",

@@ -70,26 +70,31 @@ class Battery:
         large = [case for case, w in zip(cases, work, strict=True) if w > cheap]
         return [stage for stage in (small, large) if stage]
 
-    def judge(self, verify: Callable[[list[Case]], Verdict], fast: Verdict | None = None
-              ) -> Verdict:
+    def judge(self, verify: Callable[[list[Case]], Verdict]) -> Verdict:
         """``verify`` (a candidate's verification on given cases) on every stage, until
-        one rejects; with ``fast``, the first tier's verdict, the whole read as one."""
-        verdict = fast
+        one rejects."""
+        verdict: Verdict | None = None
         for stage in self.stages() or [[]]:  # the cheap cases first: most failures end there
             judged = verify(stage)
-            verdict = judged if verdict is None else dataclasses.replace(
-                judged, checks=(*verdict.checks, *judged.checks),
-                elapsed_s=verdict.elapsed_s + judged.elapsed_s)
+            verdict = judged if verdict is None else _joined(verdict, judged)
             if judged.status is not Status.ACCEPTED:
                 return verdict
         assert verdict is not None  # at least one stage was judged
-        battery = len(self.cases())
+        return dataclasses.replace(verdict, reason=f"correct on the battery's "
+                                   f"{len(self.cases())} cases")
+
+    def after(self, fast: Verdict | None, battery: Verdict) -> Verdict:
+        """The battery's verdict read after the first tier's, as one verdict."""
         if fast is None:
-            return dataclasses.replace(verdict, reason=f"correct on the battery's {battery} "
-                                       "cases")
+            return battery
+        verdict = _joined(fast, battery)
+        if battery.status is not Status.ACCEPTED:
+            return verdict
         known = len({check.case.split(" (")[0] for check in verdict.checks})
+        kept = battery.reason.partition("; ")[2]
         return dataclasses.replace(verdict, reason=f"correct on {known} cases "
-                                   f"({battery} of them the battery's)")
+                                   f"({len(self.cases())} of them the battery's)"
+                                   + (f"; {kept}" if kept else ""))
 
     def _outside(self, case: Case) -> str:
         """Why ``case`` lies outside the operator's domain ("" when inside): the
@@ -109,3 +114,9 @@ class Battery:
                                                      self.tolerances, dtypes)
                   if not check.passed]
         return f"{name} itself fails it ({failed[0].detail})" if failed else ""
+
+
+def _joined(first: Verdict, then: Verdict) -> Verdict:
+    """``then``'s status and reason, with both verdicts' checks and time."""
+    return dataclasses.replace(then, checks=(*first.checks, *then.checks),
+                               elapsed_s=first.elapsed_s + then.elapsed_s)

@@ -1,9 +1,8 @@
 """The Evaluator: build, verify and benchmark one candidate, ending in a Verdict.
 
 Runs in the trusted parent. Candidate code only ever executes inside sandboxed jobs
-(:mod:`swarmfab.evaluation._worker`); the float64 references are computed here, before
-any candidate runs, and the comparison happens here too.
-"""
+(:mod:`._worker`); the float64 references are computed here, before any candidate runs,
+and the comparison happens here too."""
 
 from __future__ import annotations
 
@@ -24,13 +23,9 @@ from swarmfab.evaluation import _conductor as conductor
 from swarmfab.evaluation._battery import Battery
 from swarmfab.evaluation._bound import MEMORY_STREAM, bound_seconds, memory_bound
 from swarmfab.evaluation._cores import CoreBroker, pinned_thread
+from swarmfab.evaluation._kept import KeptVerdicts
 from swarmfab.evaluation._limits import held, job_limits, warm_start
-from swarmfab.evaluation._outcomes import (
-    accepted_summary,
-    build_failed,
-    job_failed,
-    rejected,
-)
+from swarmfab.evaluation._outcomes import accepted_summary, build_failed, job_failed, rejected
 from swarmfab.evaluation._references import References, salted_seed, with_salt
 from swarmfab.evaluation._worker import (
     CaseRun,
@@ -174,6 +169,8 @@ class Evaluator:
         ]
         self.references = References(workload, tolerances, self.targets)
         self.battery = Battery(workload, threads, dtype, tolerances)
+        self.kept = KeptVerdicts(cache_dir, workload, threads=threads, dtype=dtype,
+                                 device=device, tolerances=tolerances)
         self._local = threading.local()  # each thread's last verification cases
         self.peaks = peaks  # enables roofline fractions and the impossible-speed check
         self.cores = cores or CoreBroker()
@@ -289,10 +286,13 @@ class Evaluator:
 
     def verify_battery(self, candidate: Candidate, fast: Verdict | None = None) -> Verdict:
         """The second tier: the workload's battery (real sizes, extreme values, other
-        layouts and thread counts), each case with the probes. With ``fast``, the first
-        tier's verdict on the same candidate, the two read as one verdict."""
-        self.references.keep(self.battery.cases())
-        return self.battery.judge(lambda cases: self.verify(candidate, cases), fast)
+        layouts and thread counts), each case with the probes; an accepted verdict is kept
+        (:mod:`._kept`). With ``fast``, the first tier's verdict too, read as one."""
+        def judge() -> Verdict:
+            self.references.keep(self.battery.cases())
+            return self.battery.judge(lambda cases: self.verify(candidate, cases))
+        verdict = self.kept.judged(candidate, self.workload.battery_cases(self.threads), judge)
+        return self.battery.after(fast, verdict)
 
     def evaluate(
         self, candidate: Candidate, incumbents: dict[str, Implementation],

@@ -13,8 +13,8 @@ checks a surviving mutant on.
   small), stronger decay with more -inf gates, decode with -inf and zero gates,
   other thread counts and layouts combined with extreme values; for a problem file its
   own sizes with other weights, inputs scaled by 30, 100 and 10,000, all or 99 in 100
-  of the inputs exactly zero, in other layouts. A case outside the operator's domain (the file's own Model
-  fails it) is left out, as the battery leaves it out.
+  of the inputs exactly zero, in other layouts. A case outside the operator's domain
+  (the file's own Model fails it) is left out, as the battery leaves it out.
 """
 
 from __future__ import annotations

@@ -1,0 +1,79 @@
+"""Battery verdicts kept per code, setting, host and toolchain (evaluation/_kept.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from swarmfab.backends import SHARED_BUILDS_ENV
+from swarmfab.evaluation._kept import KeptVerdicts
+from swarmfab.records import Candidate, CheckResult, Status, Verdict
+from swarmfab.workloads import get_workload
+
+KDA = get_workload("kda")
+CANDIDATE = Candidate("kda", "python", {"k.py": "def forward(*a): pass\n"}, "k.py")
+ACCEPTED = Verdict(CANDIDATE.id, Status.ACCEPTED, "correct on the battery's 12 cases",
+                   (CheckResult("battery: beta exactly 1", "o matches reference", True),),
+                   elapsed_s=9.5)
+
+
+def _kept(work: Path, threads: int = 1, **changes: object) -> KeptVerdicts:
+    setting = {"threads": threads, "dtype": "float32", "device": "cpu",
+               "tolerances": KDA.tolerances(torch.float32), **changes}
+    return KeptVerdicts(work, KDA, **setting)  # type: ignore[arg-type]
+
+
+def test_an_accepted_verdict_is_kept_and_a_rejection_never(tmp_path: Path) -> None:
+    cases = KDA.battery_cases(1)
+    kept = _kept(tmp_path)
+    key = kept.key(CANDIDATE, cases)
+    assert kept.get(key) is None
+    kept.put(key, ACCEPTED)
+    assert _kept(tmp_path).get(key) == ACCEPTED  # another evaluator, the same work dir
+
+    rejected = dataclasses.replace(ACCEPTED, status=Status.REJECTED, reason="o: NaN")
+    other = kept.key(dataclasses.replace(CANDIDATE, flags=("-O2",)), cases)
+    kept.put(other, rejected)
+    assert kept.get(other) is None and not (tmp_path / "battery" / f"{other}.json").exists()
+
+
+def test_whatever_decides_the_verdict_is_in_the_key(tmp_path: Path) -> None:
+    cases = KDA.battery_cases(1)
+    key = _kept(tmp_path).key(CANDIDATE, cases)
+    loose = dataclasses.replace(KDA.tolerances(torch.float32), rms_ratio=0.5)
+    others = {
+        "another candidate": _kept(tmp_path).key(
+            dataclasses.replace(CANDIDATE, sources={"k.py": "def forward(*a): return 1\n"}),
+            cases),
+        "other cases": _kept(tmp_path).key(CANDIDATE, cases[:-1]),
+        "a case's values": _kept(tmp_path).key(CANDIDATE, [
+            dataclasses.replace(cases[0], distribution=dataclasses.replace(
+                cases[0].distribution, magnitude=2.0)), *cases[1:]]),
+        "threads": _kept(tmp_path, threads=2).key(CANDIDATE, cases),
+        "dtype": _kept(tmp_path, dtype="bfloat16").key(CANDIDATE, cases),
+        "tolerances": _kept(tmp_path, tolerances=loose).key(CANDIDATE, cases),
+    }
+    assert key not in others.values() and len(set(others.values())) == len(others)
+    # a case's secret seed is not part of it: each evaluator salts its own
+    salted = [dataclasses.replace(case, seed=case.seed + 12345) for case in cases]
+    assert _kept(tmp_path).key(CANDIDATE, salted) == key
+
+
+def test_a_shared_directory_serves_every_work_dir_and_a_torn_file_is_passed_over(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SHARED_BUILDS_ENV, str(tmp_path / "shared"))
+    cases = KDA.battery_cases(1)
+    first = _kept(tmp_path / "one")
+    key = first.key(CANDIDATE, cases)
+    first.put(key, ACCEPTED)
+    assert _kept(tmp_path / "two").get(key) == ACCEPTED
+
+    for directory in (tmp_path / "one" / "battery", tmp_path / "shared" / "battery"):
+        (directory / f"{key}.json").write_text('{"candidate_id": ')
+    assert _kept(tmp_path / "two").get(key) is None
+    # a directory that cannot be written is passed over, not an error
+    (tmp_path / "blocked").write_text("a file where the directory should be")
+    _kept(tmp_path / "blocked").put(key, ACCEPTED)
