@@ -77,8 +77,8 @@ def invoke(*args: str | Path) -> Result:
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-def verify_json(file: Path, workdir: Path) -> tuple[Result, dict]:
-    result = invoke("verify", "kda", file, "--json", "--workdir", workdir)
+def verify_json(file: Path, workdir: Path, *extra: str) -> tuple[Result, dict]:
+    result = invoke("verify", "kda", file, "--json", "--workdir", workdir, *extra)
     assert "Traceback" not in result.output
     return result, json.loads(result.stdout)
 
@@ -177,9 +177,11 @@ def test_verify_accepts_the_rendered_template(
     assert {check["case"] for check in verdict["checks"]} >= CASE_NAMES  # every case checked
     assert all(check["passed"] for check in verdict["checks"])
 
-    text = invoke("verify", "kda", good, "--workdir", tmp_path / "wd")  # cached build
+    # the build is cached, and the battery's verdict kept: the same code, setting, host
+    # and toolchain are not put through the battery again
+    text = invoke("verify", "kda", good, "--workdir", tmp_path / "wd")
     assert text.exit_code == 0
-    assert "accepted" in text.output
+    assert "accepted" in text.output and "kept: this code passed" in text.output
 
 
 @needs_cc
@@ -242,12 +244,14 @@ def test_verify_reports_build_failures_with_diagnostics(
     assert "┃ case" not in text.output  # no empty table of checks that never ran
 
 
-# the full verification battery: tens of seconds (make test-fast leaves it out)
+# the fast tier: a token-by-token Python loop through the battery's real sizes takes
+# minutes on a busy host (the battery of a Python candidate: tests/redteam, honest_chunked)
 @pytest.mark.slow
 def test_verify_accepts_a_python_candidate(
     tmp_path: Path, write_file: Callable[[str, str], Path]
 ) -> None:
-    result, verdict = verify_json(write_file("cand.py", PYTHON_CANDIDATE), tmp_path / "wd")
+    result, verdict = verify_json(write_file("cand.py", PYTHON_CANDIDATE), tmp_path / "wd",
+                                  "--fast")
     assert result.exit_code == 0, result.output
     assert verdict["status"] == "accepted"
 

@@ -246,7 +246,8 @@ def test_a_candidate_timed_against_a_dethroned_incumbent_is_timed_again(
 @pytest.mark.slow
 def test_a_stagnating_run_is_redirected_and_the_intervention_recorded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from swarmfab.swarm import gate, run as run_module
+    from swarmfab.swarm import gate
+    from swarmfab.swarm import run as run_module
     from swarmfab.swarm.supervisor import Supervisor
 
     # A plateau made certain: after the first champion the gate crowns nothing, so the
