@@ -4,6 +4,7 @@ tests/redteam/.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -163,3 +164,32 @@ def test_a_value_case_the_files_own_model_fails_is_left_out(tmp_path: Path) -> N
     assert "battery: inputs scaled by 1000" not in names
     assert "battery: half the inputs exactly 0" in names
     assert math.isclose(len(names) + len(left), len(workload.battery_cases(1)))
+
+
+def test_weights_as_training_leaves_them_catch_what_the_initial_ones_hide() -> None:
+    """LayerNorm starts at ones and zeros: a module that answers an all-zero row with
+    zeros (not the bias) matches the reference there, and only moved weights show it."""
+    workload = get_workload(str(EXAMPLES / "07_layernorm.py"))
+    assert isinstance(workload, ProblemWorkload)
+    trained = next(case for case in workload.battery_cases(1)
+                   if case.distribution.weight_noise > 0)
+    small = workload.validation_cases()[0]
+    initial = workload.make_inputs(small)["module"]  # the weights ride with the inputs
+    weights = workload.make_inputs(trained)["module"].weights
+    assert not torch.equal(weights["norm.bias"], torch.zeros_like(weights["norm.bias"]))
+    assert not torch.equal(weights["norm.weight"], initial.weights["norm.weight"])
+    assert workload.domain_baseline(trained) == "torch-eager"
+
+    class ZeroRows(workload.namespace(small.shape)["Model"]):  # type: ignore[misc]
+        def forward(self, x):
+            out = super().forward(x)
+            return torch.where((x == 0).all(-1, keepdim=True), torch.zeros_like(out), out)
+
+    zeros = Case("zeros", trained.shape, dataclasses.replace(trained.distribution,
+                                                              zero_prob=1.0), seed=3)
+    for case, caught in ((dataclasses.replace(zeros, distribution=Distribution(zero_prob=1.0)),
+                          False), (zeros, True)):
+        inputs = workload.make_inputs(case)
+        got = workload.call(ZeroRows, inputs)["out"]
+        want = workload.reference(inputs)["out"].to(got.dtype)
+        assert torch.allclose(got, want, atol=1e-5) is not caught, case.distribution

@@ -130,7 +130,9 @@ class Distribution:
     ``gate_fill_prob`` of the gates to exactly that value (written as text, so "-inf"
     survives JSON: "0", "-100", "-inf"); ``beta_fill`` sets every beta. For any other
     workload, ``input_scale`` multiplies every floating-point input and ``zero_prob``
-    sets that share of their elements to exactly zero.
+    sets that share of their elements to exactly zero; ``weight_noise`` moves a module's
+    weights off their initial values, as training does (a constant tensor, LayerNorm's
+    ones and zeros, gets noise of that size; any other is scaled by 1 +- that share).
     """
 
     gate_divisor: float = 1.0
@@ -143,6 +145,7 @@ class Distribution:
     beta_fill: float | None = None
     input_scale: float = 1.0
     zero_prob: float = 0.0
+    weight_noise: float = 0.0
 
 
 TWIN_SEED_OFFSET = 7919

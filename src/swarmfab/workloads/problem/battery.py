@@ -14,7 +14,9 @@ other memory layouts and thread counts, weights loaded again into a live module.
 - threads: one, and the evaluator's;
 - weights: the small cases share their sizes and differ in their weights, so a module
   is given new weights while it lives (``load_state_dict``, as a user loading a
-  checkpoint does); whatever it prepared from the first ones must follow.
+  checkpoint does); whatever it prepared from the first ones must follow. One case has
+  weights as training leaves them, off their initial values: LayerNorm's ones and zeros
+  hide a dropped bias, or an all-zero row answered with zeros.
 """
 
 from __future__ import annotations
@@ -74,7 +76,9 @@ def battery_cases(problem: ProblemWorkload, threads: int) -> list[Case]:
                                ("half the inputs exactly 0", Distribution(zero_prob=0.5)),
                                ("nine tenths of the inputs exactly 0",
                                 Distribution(zero_prob=0.9)),
-                               ("every input exactly 0", Distribution(zero_prob=1.0))):
+                               ("every input exactly 0", Distribution(zero_prob=1.0)),
+                               ("weights as training leaves them (no tensor constant)",
+                                Distribution(weight_noise=0.1))):
         cases.append(Case(f"battery: {name}", small, distribution, seed=seed))
         seed += 1
     for layout, name in (("strided", "inputs strided (views of wider buffers)"),

@@ -73,7 +73,7 @@ class ModuleState:
     namespace: dict[str, Any]
     init_inputs: tuple[Any, ...]
     weights: dict[str, torch.Tensor]
-    key: tuple[str, int]  # (sizes, weight seed): equal keys, equal modules
+    key: tuple[str, int, float]  # (sizes, weight seed, noise): equal keys, equal modules
 
     @property
     def model_class(self) -> type[torch.nn.Module]:
@@ -214,9 +214,12 @@ class ProblemWorkload(Workload):
             model = namespace["Model"](*init_inputs)
             weights = {name: value.detach().clone()
                        for name, value in model.state_dict(keep_vars=False).items()}
+            if case.distribution.weight_noise > 0:
+                weights = _trained(weights, case.distribution.weight_noise, weight_seed)
             torch.manual_seed(case.seed)
             arguments = list(namespace["get_inputs"]())
-        state = ModuleState(namespace, init_inputs, weights, (case.shape.label, weight_seed))
+        state = ModuleState(namespace, init_inputs, weights,
+                            (case.shape.label, weight_seed, case.distribution.weight_noise))
         inputs: dict[str, Any] = {STATE: state}
         values = torch.Generator().manual_seed(case.seed)
         for index, value in enumerate(arguments):
@@ -302,7 +305,8 @@ class ProblemWorkload(Workload):
         """Inputs far from what ``get_inputs()`` draws are inside the problem only where
         the file's own eager Model still answers them."""
         dist = case.distribution
-        return "torch-eager" if dist.input_scale != 1.0 or dist.zero_prob > 0 else None
+        extreme = dist.input_scale != 1.0 or dist.zero_prob > 0 or dist.weight_noise > 0
+        return "torch-eager" if extreme else None
 
     def flops(self, shape: AnyShape) -> float | None:
         cost = self._cost(shape)
@@ -332,7 +336,7 @@ class ProblemWorkload(Workload):
 # it holds, so a job's calls share one instance (and one compilation); the sizes used
 # last are kept
 MAX_STATES = 16
-_instances: dict[str, dict[int, tuple[torch.nn.Module, tuple[str, int]]]] = {}
+_instances: dict[str, dict[int, tuple[torch.nn.Module, tuple[str, int, float]]]] = {}
 
 
 def _on(weights: dict[str, torch.Tensor], device: torch.device | None
@@ -373,6 +377,24 @@ def _extreme(value: torch.Tensor, dist: Distribution, gen: torch.Generator) -> t
         keep = torch.rand(value.shape, generator=gen) >= dist.zero_prob
         value = value * keep.to(value.dtype)
     return value
+
+
+def _trained(weights: dict[str, torch.Tensor], noise: float, seed: int
+             ) -> dict[str, torch.Tensor]:
+    """``weights`` moved off their initial values (:attr:`Distribution.weight_noise`): a
+    constant tensor gets noise of size ``noise``, any other is scaled by 1 +- ``noise``
+    (so a positive one, a running variance, stays positive)."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    moved = {}
+    for name, value in weights.items():
+        if value.is_floating_point() and value.numel():
+            if bool((value == value.flatten()[0]).all()):
+                value = value + noise * torch.randn(value.shape, generator=gen).to(value.dtype)
+            else:
+                scale = 1 + noise * (2 * torch.rand(value.shape, generator=gen) - 1)
+                value = value * scale.to(value.dtype)
+        moved[name] = value
+    return moved
 
 
 def _state_of(inputs: Inputs) -> ModuleState:
