@@ -1,7 +1,8 @@
-"""CONTIGUITY ASSUMED (battery: layouts): reads each input's storage as if it were
-contiguous from its first element (as a kernel handed ``data_ptr()`` does), so views of
-a fused projection, or column-major inputs, give it the wrong numbers. Caught by the
-battery's strided and column-major cases."""
+"""CONTIGUITY ASSUMED (layouts): reads each input's storage as if it were contiguous
+from its first element (as a kernel handed ``data_ptr()`` does), so views of a fused
+projection, or column-major inputs, give it the wrong numbers. Caught by the fast
+corpus's strided case (gva-2x-k-ne-v), and the battery's strided and column-major
+cases."""
 
 import torch
 

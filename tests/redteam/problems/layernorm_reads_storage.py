@@ -1,7 +1,7 @@
 """CONTIGUITY ASSUMED (07_layernorm): reads its input's storage as if it were contiguous
 from its first element (as a kernel handed data_ptr() does): a view into a wider
-buffer, or a column-major input, gives it other numbers. Caught by the battery's
-strided and column-major inputs."""
+buffer, or a column-major input, gives it other numbers. Caught by the fast corpus's
+strided case (its second seed), and the battery's strided and column-major inputs."""
 
 import torch
 import torch.nn as nn

@@ -342,7 +342,10 @@ class GatedDeltaRule(Workload):
         return [
             Case("decode-with-state", Shape(1, 1, 2, 2, 16, 16, initial_state=True)),
             Case("tail-not-chunk-multiple", Shape(1, 37, 2, 2, 32, 32), seed=1),
-            Case("gva-2x-k-ne-v", Shape(2, 64, 2, 4, 32, 48, initial_state=True), seed=2),
+            # q, k, v, g, beta as views split from one fused projection, as engines pass
+            # them (a Python candidate that assumes contiguity reads other numbers)
+            Case("gva-2x-k-ne-v", Shape(2, 64, 2, 4, 32, 48, initial_state=True), seed=2,
+                 layout="strided"),
             Case("gva-4x-scale-1", Shape(1, 20, 1, 4, 16, 16), Distribution(scale=1.0), seed=3),
             Case("strong-decay", Shape(1, 100, 1, 1, 64, 64, initial_state=True), strong, seed=4),
             Case("weak-decay-masked", Shape(1, 70, 2, 2, 16, 16),

@@ -140,9 +140,11 @@ def validation_cases(problem: ProblemWorkload) -> list[Case]:
     """Seeds and sizes that catch a candidate tuned to one shape: the problem halved
     until small, with two seeds; the same with every size changed at once (else each
     size alone, where the file allows it); and smaller still. Few distinct shapes: a
-    compiled candidate compiles again for each."""
+    compiled candidate compiles again for each. The second seed's inputs are views into
+    wider buffers (a candidate assuming contiguity reads other numbers)."""
     base = _small(problem)
-    cases = [Case("small", base, seed=1), Case("small, other seed", base, seed=2)]
+    cases = [Case("small", base, seed=1),
+             Case("small, other seed, inputs strided", base, seed=2, layout="strided")]
     sizes = dict(base.sizes)
     changed = {name: size + size // 2 for name, size in sizes.items()}
     if problem.runs_at(Dims.of(**changed)):
