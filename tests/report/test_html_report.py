@@ -84,6 +84,18 @@ def test_a_run_without_verdicts_renders_with_empty_charts(tmp_path: Path) -> Non
     assert "no champion" in html.lower()
     assert "none recorded" in html
     assert html.count("<svg") == len(CHART_TITLES)
+    assert "Not measured for this workload" in html
+
+    # the workload's mutation adequacy, once `swarmfab corpus adequacy` has measured it
+    score = {"mutants": 12, "equivalent": 2, "non_equivalent": 10, "killed_fast": 7,
+             "killed_grown": 9, "killed_battery": 10}
+    store.save_measurement("adequacy kda", {"started": "2026-12-06T05:05:59+00:00",
+                                            "scores": {"scoring": {"sign-flip": score,
+                                                                   "all": score}}})
+    html = render_standalone(load_run_view(store, run_id), store.url)
+    section = html[html.index('id="adequacy"'):html.index('id="lessons"')]
+    assert "2026-12-06T05:05" in section and "sign-flip" in section
+    assert "7/10 (70%)" in section and "9/10 (90%)" in section and "10/10 (100%)" in section
 
 
 @pytest.mark.slow  # over the recorded run: a real `swarmfab run`

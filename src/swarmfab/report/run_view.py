@@ -22,6 +22,7 @@ from swarmfab.knowledge import Store
 from swarmfab.knowledge.generations import Generation, Generations
 from swarmfab.measure.roofline import HostPeaks
 from swarmfab.records import Candidate, Estimate, ShapeTiming, Status
+from swarmfab.report.adequacy import measurement_key
 from swarmfab.report.serving_view import ServingView, load_serving_view
 
 __all__ = [
@@ -110,6 +111,8 @@ class RunView:
     generation: Generation | None = None  # where its champion stands after refreshes
     generations: list[str] = field(default_factory=list)  # its champion's line of runs
     serving: ServingView | None = None  # an engine run's load measurements
+    # the workload's last mutation-adequacy measurement (`swarmfab corpus adequacy`)
+    adequacy: dict[str, Any] | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -155,6 +158,7 @@ def load_run_view(store: Store, run_id: str | None) -> RunView:
         view.lineage = champion_lineage(store, store.candidate(run.champion_id), evaluations)
     if run.workload == "engine":
         view.serving = load_serving_view(store, run.goal, events)
+    view.adequacy = store.measurement(measurement_key(run.workload))
     generations = Generations(store)
     view.generation = generations.of(run.id)
     view.generations = generations.lineage(run.id)
