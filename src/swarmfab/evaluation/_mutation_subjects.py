@@ -13,8 +13,9 @@ checks a surviving mutant on.
   small), stronger decay with more -inf gates, decode with -inf and zero gates,
   other thread counts and layouts combined with extreme values; for a problem file its
   own sizes with other weights, inputs scaled by 30, 100 and 10,000, all or 99 in 100
-  of the inputs exactly zero, in other layouts. A case outside the operator's domain
-  (the file's own Model fails it) is left out, as the battery leaves it out.
+  of the inputs exactly zero, in other layouts, weights moved further off their initial
+  values. A case outside the operator's domain (the file's own Model fails it) is left
+  out, as the battery leaves it out.
 """
 
 from __future__ import annotations
@@ -186,7 +187,9 @@ def _problem_beyond(workload: Workload, threads: int) -> list[Case]:
     odd = _odd_sizes(workload, small)
     if odd is not None:
         cases.append(Case(f"beyond: odd sizes ({odd.label})", odd))
-    return cases
+    # weights moved further off their initial values than the battery's
+    return [dataclasses.replace(case, distribution=dataclasses.replace(
+        case.distribution, weight_noise=0.3)) for case in cases]
 
 
 def _odd_sizes(workload: Workload, small: object) -> Dims | None:
