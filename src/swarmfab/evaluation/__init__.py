@@ -9,10 +9,12 @@ from swarmfab.evaluation._evaluator import (
     EvaluatorRecipe,
     SideBySide,
 )
+from swarmfab.evaluation._impossible import IMPOSSIBLE_MARK
 from swarmfab.evaluation._limits import TRUSTED_TRITON_CACHE
 from swarmfab.evaluation._worker import Implementation, on_device
 
 __all__ = [
-    "REGRESSION_EPSILON", "TRUSTED_TRITON_CACHE", "Cancelled", "CoreBroker", "Evaluator",
-    "EvaluatorRecipe", "Implementation", "SideBySide", "host_cores", "memory_stream", "on_device",
+    "IMPOSSIBLE_MARK", "REGRESSION_EPSILON", "TRUSTED_TRITON_CACHE", "Cancelled", "CoreBroker",
+    "Evaluator", "EvaluatorRecipe", "Implementation", "SideBySide", "host_cores", "memory_stream",
+    "on_device",
 ]

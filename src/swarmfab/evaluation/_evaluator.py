@@ -20,6 +20,7 @@ from typing import Any
 from swarmfab.backends import Artifact, get_backend
 from swarmfab.errors import BuildError, DeadlineError, MeasurementError, SandboxError
 from swarmfab.evaluation import _conductor as conductor
+from swarmfab.evaluation import _impossible as impossibility
 from swarmfab.evaluation._battery import Battery
 from swarmfab.evaluation._bound import MEMORY_STREAM, bound_seconds, memory_bound
 from swarmfab.evaluation._cores import CoreBroker, pinned_thread
@@ -43,7 +44,7 @@ from swarmfab.measure import (
     median_ci,
     paired_ratio,
 )
-from swarmfab.measure.roofline import IMPOSSIBLE_FRACTION, HostPeaks
+from swarmfab.measure.roofline import HostPeaks
 from swarmfab.records import Candidate, CheckResult, Estimate, ShapeTiming, Status, Verdict
 from swarmfab.sandbox import (
     JobOutcome,
@@ -361,11 +362,8 @@ class Evaluator:
             if failed is not None:
                 return rejected(candidate, failed, tuple(checks), started)
             timings.append(self._timing(case.shape, run, incumbents[case.shape.label].name))
-        impossible = next((t for t in timings if self._impossible(t)), None)
-        if impossible is not None:
-            reason = (f"{impossible.shape}: measured {impossible.candidate_s.median * 1e3:.3f} ms "
-                      f"is more than {IMPOSSIBLE_FRACTION:g}x faster than this host's peak "
-                      "FLOP rate allows; the timing cannot be trusted (flagged as impossible)")
+        if (impossible := self.impossible(timings)) is not None:
+            reason = impossibility.impossible_reason(impossible)
             return Verdict(candidate.id, Status.REJECTED, reason, tuple(checks), tuple(timings),
                            time.monotonic() - started)
         return Verdict(candidate.id, Status.ACCEPTED, accepted_summary(timings), tuple(checks),
@@ -527,12 +525,18 @@ class Evaluator:
             return implementations
         return [*implementations, Implementation(MEMORY_STREAM, memory_stream=True)]
 
-    def _impossible(self, timing: ShapeTiming) -> bool:
-        flops = self.workload.flops(self._target_shape(timing.shape))
-        if self.peaks is None or not flops:
-            return False
-        floor = self.peaks.compute_bound_seconds(flops) / IMPOSSIBLE_FRACTION
-        return timing.candidate_s.median < floor
+    def impossible(self, timings: Sequence[ShapeTiming]) -> ShapeTiming | None:
+        """The first of ``timings`` faster than this evaluator's peaks allow, or None."""
+        return impossibility.impossible_timing(self.workload, self.target_shapes, self.peaks,
+                                               timings)
+
+    def rejudged(self, candidate: Candidate, verdict: Verdict, before: HostPeaks) -> Verdict:
+        """``verdict``, rejected as impossible against ``before``, judged again on its own
+        timings against this evaluator's peaks, measured since (:mod:`._impossible`)."""
+        if self.peaks is None or impossibility.IMPOSSIBLE_MARK not in verdict.reason:
+            return verdict
+        return impossibility.rejudged(candidate, verdict, self.workload, self.target_shapes,
+                                      before, self.peaks)
 
     def _target_shape(self, label: str) -> AnyShape:
         return next(case.shape for case in self.targets if case.shape.label == label)

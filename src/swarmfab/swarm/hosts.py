@@ -23,7 +23,7 @@ import math
 import os
 import platform
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -31,6 +31,7 @@ from typing import Any
 
 from swarmfab.backends import get_backend
 from swarmfab.errors import MeasurementError
+from swarmfab.evaluation import IMPOSSIBLE_MARK, Evaluator
 from swarmfab.knowledge import Store
 from swarmfab.measure.roofline import (
     HostPeaks,
@@ -40,9 +41,10 @@ from swarmfab.measure.roofline import (
     measure_peaks,
 )
 from swarmfab.paths import user_cache
+from swarmfab.records import Candidate, Status, Verdict
 from swarmfab.sandbox import JobStatus, Limits, run_job
 
-__all__ = ["KnownPeaks", "host_peaks", "host_record", "peaks_known"]
+__all__ = ["KnownPeaks", "PeaksRecheck", "host_peaks", "host_record", "peaks_known"]
 
 
 class KnownPeaks:
@@ -140,6 +142,34 @@ def host_peaks(
     if best != kept:
         known.raise_to(best)
     return best
+
+
+class PeaksRecheck:
+    """A run's second look at a time faster than the stored peak allows: the peak is
+    measured again (once a run, a few seconds) and the verdict judged again on its own
+    timings against it. A peak stored from a busy host is low (a 2-core EPYC kept 90
+    GFLOP/s from a busy hour against 550 measured quiet), and an honest kernel must not
+    be rejected as impossible on it; a time still beyond the peak measured now stays a
+    rejection."""
+
+    def __init__(self, store: Store, evaluator: Evaluator, threads: int, device: str,
+                 log: Callable[[str], None]):
+        self.store, self.evaluator, self.threads, self.device = store, evaluator, threads, device
+        self.log = log
+        self.stale: HostPeaks | None = None  # the peaks before they were measured again
+
+    def __call__(self, candidate: Candidate, verdict: Verdict) -> Verdict:
+        if (verdict.status is not Status.REJECTED or IMPOSSIBLE_MARK not in verdict.reason
+                or self.evaluator.peaks is None):
+            return verdict
+        if self.stale is None:
+            self.stale = self.evaluator.peaks
+            self.evaluator.peaks = host_peaks(self.store, self.threads, self.evaluator.limits,
+                                              measure=True, device=self.device)
+            self.log(f"{candidate.id[:10]} timed faster than this host's stored peak allows: "
+                     f"peaks measured again, {self.stale.flops_per_s / 1e9:.0f} -> "
+                     f"{self.evaluator.peaks.flops_per_s / 1e9:.0f} GFLOP/s")
+        return self.evaluator.rejudged(candidate, verdict, self.stale)
 
 
 def _measure(threads: int, device: str, limits: Limits | None) -> HostPeaks:

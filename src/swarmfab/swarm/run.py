@@ -36,7 +36,7 @@ from swarmfab.swarm.budget import Budget
 from swarmfab.swarm.closing import closing_reserve, confirm, late_beside, summarise
 from swarmfab.swarm.executors import Evaluation, Executor, ExecutorFactory, LocalExecutor
 from swarmfab.swarm.gate import GateDecision, judge, same_code_shapes
-from swarmfab.swarm.hosts import host_record
+from swarmfab.swarm.hosts import PeaksRecheck, host_record
 from swarmfab.swarm.setup import Calibration, Setup
 from swarmfab.swarm.status import RunStatus, StatusTracker
 from swarmfab.swarm.supervisor import Intervention, Supervisor
@@ -113,6 +113,7 @@ class Run:
         self.closing_s = 0.0  # what the closing table's fewest rounds take (estimated)
         self.tracker = StatusTracker(goal.budget_s, self.budget.started)
         self.supervisor = Supervisor()
+        self.recheck_peaks = PeaksRecheck(store, evaluator, goal.threads, goal.device, self.log)
         self.blackboard = Blackboard()
         self.archive = Archive(knob_descriptor(tuple(
             knob.name for knob in space.knobs if knob.domain in ("algorithm", "parallelism"))))
@@ -387,7 +388,8 @@ class Run:
     def _judge(self, run_id: str, submission: _Submission, evaluation: Evaluation,
                number: int) -> bool:
         """Record a verdict, keep its counterexample, and crown it if the gate says so."""
-        candidate, verdict = submission.candidate, evaluation.verdict
+        candidate = submission.candidate
+        verdict = self.recheck_peaks(candidate, evaluation.verdict)
         self.store.record(run_id, candidate, verdict)
         self.recent.append(verdict)
         if evaluation.counterexample is not None:
