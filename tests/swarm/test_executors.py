@@ -274,3 +274,24 @@ def test_a_stagnating_run_is_redirected_and_the_intervention_recorded(
     assert interventions and "no new champion for 2 evaluations" in interventions[0][1], crowned
     agents = [row.agent for row, _ in store.verdicts(result.run_id)]
     assert "builtin-restart" in agents[3:], f"no exploration after the intervention: {agents}"
+
+
+@needs_gcc
+def test_a_budget_that_ends_during_the_battery_leaves_the_verdict_uncrowned(
+        tmp_path: Path) -> None:
+    """The budget's end cancels the battery before a crowning: the run goes on to its end
+    with the verdict recorded and nothing crowned on an unfinished battery."""
+    from swarmfab.evaluation import Cancelled
+
+    goal = Goal.model_validate({**GOAL, "workers": 1, "max_evaluations": 2})
+    run, store = _run(tmp_path, goal, LocalExecutor)
+
+    def cancelled(candidate: Candidate, fast: object = None) -> None:
+        raise Cancelled("the run is stopping")
+
+    run.evaluator.verify_battery = cancelled  # type: ignore[method-assign]
+    result = run.execute()
+    verdicts = store.verdicts(result.run_id)
+    assert verdicts and any(v.status.value == "accepted" for _, v in verdicts)
+    assert result.champion is None and not any(row.became_champion for row, _ in verdicts)
+

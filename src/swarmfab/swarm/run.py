@@ -397,12 +397,16 @@ class Run:
         current = self.champion.id if self.champion else None
         same = self._same_code(candidate) if submission.incumbent == current else []
         decision = judge(verdict, same)
-        if decision.promote and len(self.evaluator.cases) > submission.corpus:
-            decision = self._check_new_cases(candidate, submission.corpus)
-        if decision.promote:
-            decision = self._check_battery(run_id, candidate)
-        if decision.promote and submission.incumbent != current:
-            decision = self._rematch(run_id, candidate)
+        try:  # the checks before a crowning; the budget may end during any of them
+            if decision.promote and len(self.evaluator.cases) > submission.corpus:
+                decision = self._check_new_cases(candidate, submission.corpus)
+            if decision.promote:
+                decision = self._check_battery(run_id, candidate)
+            if decision.promote and submission.incumbent != current:
+                decision = self._rematch(run_id, candidate)
+        except Cancelled:
+            decision = GateDecision(False, "the budget ended before its checks did")
+            self.log(f"not crowned: {candidate.id[:10]}: {decision.reason}")
         line = f"[{number:3d}] {candidate.agent:<20} {candidate.id[:10]} {verdict.status.value:<12}"
         if verdict.status is Status.ACCEPTED:
             speedups = " ".join(f"{t.ratio.inverted().median:.2f}x" for t in verdict.timings)
@@ -450,8 +454,10 @@ class Run:
         and thread counts. A case that fails joins the corpus, so every later candidate
         meets it in the fast tier."""
         began = time.monotonic()
-        verdict = self.evaluator.verify_battery(candidate)
-        self.battery_s += time.monotonic() - began
+        try:
+            verdict = self.evaluator.verify_battery(candidate)
+        finally:  # the budget may end it (Cancelled)
+            self.battery_s += time.monotonic() - began
         if verdict.status is Status.ACCEPTED:
             self.store.record_event(run_id, "battery", f"{candidate.id} passed: "
                                     f"{verdict.reason}, {verdict.elapsed_s:.1f} s")
