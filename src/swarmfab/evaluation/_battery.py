@@ -11,6 +11,7 @@ left out, with the reason, rather than failing every candidate.
 from __future__ import annotations
 
 import dataclasses
+import math
 import secrets
 import threading
 from collections.abc import Callable
@@ -60,15 +61,18 @@ class Battery:
             return list(self._cases)
 
     def stages(self) -> list[list[Case]]:
-        """The cases in two verifications: those whose work is under an eighth of the
-        largest case's first, then the large ones (a candidate that fails a cheap case
-        does not pay for the large ones)."""
+        """The cases in up to three verifications, each a job of its own: those under a
+        twentieth of the largest case's work first, then those under an eighth, then the
+        large ones. Most failures end in the first (a value, a layout, a thread count at
+        a moderate size), and a candidate that fails it pays for nothing larger."""
         cases = self.cases()
         work = [self.workload.flops(case.shape) or 0.0 for case in cases]
-        cheap = max(work, default=0.0) / 8
-        small = [case for case, w in zip(cases, work, strict=True) if w <= cheap]
-        large = [case for case, w in zip(cases, work, strict=True) if w > cheap]
-        return [stage for stage in (small, large) if stage]
+        largest = max(work, default=0.0)
+        stages, low = [], -math.inf
+        for high in (largest / 20, largest / 8, math.inf):
+            stages.append([case for case, w in zip(cases, work, strict=True) if low < w <= high])
+            low = high
+        return [stage for stage in stages if stage]
 
     def judge(self, verify: Callable[[list[Case]], Verdict]) -> Verdict:
         """``verify`` (a candidate's verification on given cases) on every stage, until

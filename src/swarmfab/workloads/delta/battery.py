@@ -7,8 +7,7 @@ refreshed, and in ``swarmfab verify``:
 
 - sizes: a prefill of 1,024 tokens over 64 (sequence, value head) pairs with grouped
   values (HV = 4 H), past any tile boundary at 64 and any thread partition that starts
-  above 16 pairs; a sequence of 4,096 tokens over two pairs; a decode batch of 384
-  pairs updated in place in a pool;
+  above 16 pairs; a decode batch of 384 pairs updated in place in a pool;
 - values: gates of exactly 0 on a long sequence (no decay: the state only grows), a
   share at -100 and at -inf (exp underflows to 0: an unclamped exp of a difference
   overflows), beta exactly 0 and exactly 1;
@@ -47,10 +46,6 @@ def battery_cases(threads: int) -> list[Case]:
         Case("battery: inputs strided (views of a fused projection)", mid, seed=_SEED + 7,
              layout="strided"),
         Case("battery: inputs column-major", mid, seed=_SEED + 8, layout="transposed"),
-        # few pairs, many tokens: an error that grows with the sequence (an accumulator
-        # kept in half precision) passes at 1,024 tokens and fails here
-        Case("battery: a long sequence, 4096 tokens", Shape(1, 4096, 1, 2, 128, 128, True),
-             seed=_SEED + 40),
     ]
     packed = (4,) * 48 + (1024,)  # an engine's prefill: many short requests, one long
     cases.append(Case("battery: packed, 48 sequences of 4 tokens and one of 1024",
