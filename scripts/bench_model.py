@@ -153,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                 model(ids, use_cache=False)
                 return time.perf_counter() - began
 
+        before = dict(champion.calls)
         rows.append(_measure(f"prefill T{tokens}", prefill, patch, unpatch, args.repeats,
                              hf, lambda t, n=tokens: n / t))
+        rows[-1]["champion_calls"] = {k: n - before[k] for k, n in champion.calls.items()}
     for batch in (int(b) for b in args.decode_batch.split(",")):
         prompt = torch.randint(3, CONFIG["vocab_size"], (batch, 16), generator=generator)
 
@@ -165,9 +167,11 @@ def main(argv: list[str] | None = None) -> int:
                                min_new_tokens=args.decode_tokens, do_sample=False)
                 return time.perf_counter() - began
 
+        before = dict(champion.calls)
         rows.append(_measure(f"decode B{batch} x{args.decode_tokens}", decode, patch, unpatch,
                              args.repeats, hf,
                              lambda t, b=batch: b * args.decode_tokens / t))
+        rows[-1]["champion_calls"] = {k: n - before[k] for k, n in champion.calls.items()}
     ids = torch.randint(3, CONFIG["vocab_size"], (1, 256), generator=generator)
     with torch.no_grad():
         plain = model(ids, use_cache=False).logits.double()
@@ -186,12 +190,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{host['torch']}; champion: {host['champion']}; {args.repeats} alternating "
           "rounds")
     print(f"{'phase':<22} {'without':>16} {'with champion':>16} {'speedup [95% CI]':>24} "
-          f"{'KDA share before':>17} {'after':>7}")
+          f"{'KDA share before':>17} {'after':>7}  champion's calls (its counter)")
     for row in rows:
+        called = ", ".join(f"{k} {n}" for k, n in row["champion_calls"].items() if n)
         print(f"{row['phase']:<22} {row['without']:>10.1f} tok/s "
               f"{row['with']:>10.1f} tok/s "
               f"{row['speedup']:>8.2f}x [{row['low']:.2f}, {row['high']:.2f}] "
-              f"{row['share_before']:>16.0%} {row['share_after']:>7.0%}")
+              f"{row['share_before']:>16.0%} {row['share_after']:>7.0%}  {called or 'none'}")
     print(f"logits, patched against unpatched (B1 T256): max-abs ratio {agreement:.1e}")
     scratch.cleanup()
     return 0

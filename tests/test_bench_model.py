@@ -29,4 +29,7 @@ def test_bench_model_reports_both_phases_with_and_without_the_champion() -> None
         assert row["without"] > 0 and row["with"] > 0
         assert row["low"] <= row["speedup"] <= row["high"]
         assert 0 < row["share_after"] < 1 and 0 < row["share_before"] < 1
+    # the champion's own counter: it ran in both phases (prefill and decode's steps)
+    prefill, decode = (row["champion_calls"] for row in report["rows"])
+    assert sum(prefill.values()) > 0 and sum(decode.values()) > 0, (prefill, decode)
     assert report["logits_max_abs_ratio"] < 1e-4
