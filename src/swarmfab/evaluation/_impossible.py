@@ -27,9 +27,8 @@ def impossible_timing(workload: Workload, shapes: Sequence[AnyShape], peaks: Hos
     the timings' labels name), or None."""
     if peaks is None:
         return None
-    by_label = {shape.label: shape for shape in shapes}
     for timing in timings:
-        flops = workload.flops(by_label[timing.shape]) if timing.shape in by_label else None
+        flops = _flops(workload, shapes, timing)
         floor = peaks.compute_bound_seconds(flops) / IMPOSSIBLE_FRACTION if flops else 0.0
         if timing.candidate_s.median < floor:
             return timing
@@ -50,10 +49,9 @@ def rejudged(candidate: Candidate, verdict: Verdict, workload: Workload,
     beside it, the memory stream's, was not kept)."""
     if impossible_timing(workload, shapes, after, verdict.timings) is not None:
         return verdict
-    by_label = {shape.label: shape for shape in shapes}
     timings = []
     for timing in verdict.timings:
-        flops = workload.flops(by_label[timing.shape]) if timing.shape in by_label else None
+        flops = _flops(workload, shapes, timing)
         fraction = timing.roofline_fraction
         if fraction is not None and flops:
             bound = fraction * timing.candidate_s.median
@@ -62,3 +60,11 @@ def rejudged(candidate: Candidate, verdict: Verdict, workload: Workload,
         timings.append(dataclasses.replace(timing, roofline_fraction=fraction))
     return dataclasses.replace(verdict, status=Status.ACCEPTED,
                                reason=accepted_summary(timings), timings=tuple(timings))
+
+
+def _flops(workload: Workload, shapes: Sequence[AnyShape], timing: ShapeTiming
+           ) -> float | None:
+    """The FLOPs of the target shape ``timing`` names (None where no shape has its label,
+    or the workload has no cost model)."""
+    shape = next((shape for shape in shapes if shape.label == timing.shape), None)
+    return workload.flops(shape) if shape is not None else None
