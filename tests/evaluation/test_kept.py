@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from swarmfab.backends import SHARED_BUILDS_ENV
-from swarmfab.evaluation._kept import KeptVerdicts
+from swarmfab.evaluation._kept import KEPT_NOTE, KeptVerdicts
 from swarmfab.records import Candidate, CheckResult, Status, Verdict
 from swarmfab.workloads import get_workload
 
@@ -77,3 +79,43 @@ def test_a_shared_directory_serves_every_work_dir_and_a_torn_file_is_passed_over
     # a directory that cannot be written is passed over, not an error
     (tmp_path / "blocked").write_text("a file where the directory should be")
     _kept(tmp_path / "blocked").put(key, ACCEPTED)
+
+
+def _judge_once(work: Path, shared: Path, status: str, counter: Path) -> None:
+    """A process judging CANDIDATE: the judge takes a second and counts its calls."""
+    import os
+
+    os.environ[SHARED_BUILDS_ENV] = str(shared)
+
+    def judge() -> Verdict:
+        with counter.open("a") as calls:
+            calls.write("judged\n")
+        time.sleep(1.0)
+        return dataclasses.replace(ACCEPTED, status=Status(status))
+
+    verdict = _kept(work).judged(CANDIDATE, KDA.battery_cases(1), judge)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "reason").write_text(verdict.reason)
+
+
+@pytest.mark.parametrize("status", ["accepted", "rejected"])
+def test_two_processes_with_one_cache_judge_the_same_code_once(
+        tmp_path: Path, status: str) -> None:
+    """Two runs sharing a build cache crown the same code at once: the second waits for
+    the first's verdict; after a rejection, it judges for itself."""
+    counter = tmp_path / "calls"
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_judge_once, args=(
+        tmp_path / name, tmp_path / "shared", status, counter)) for name in ("one", "two")]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    calls = counter.read_text().splitlines()
+    reasons = sorted((tmp_path / name / "reason").read_text() for name in ("one", "two"))
+    if status == "accepted":
+        assert len(calls) == 1
+        assert reasons[0] == ACCEPTED.reason and KEPT_NOTE in reasons[1]
+    else:
+        assert len(calls) == 2 and all(KEPT_NOTE not in reason for reason in reasons)

@@ -89,7 +89,7 @@ def test_concurrent_writers_share_one_store(
 GOAL = """workload = "kda"
 budget = "300s"  # not what ends the run: max_evaluations does
 threads = 1
-max_evaluations = 4
+max_evaluations = 2
 [[shapes]]
 B = 1
 T = 64
@@ -115,12 +115,12 @@ def test_two_swarmfab_runs_share_one_postgresql_store(tmp_path: Path, postgres_u
     assert len(recorded) == 2 and {run.status for run in recorded} == {"finished"}
     for run in recorded:
         verdicts = store.verdicts(run.id)
-        assert len(verdicts) == 4  # every evaluation of each run is there, once
-        assert len({row.candidate_id for row, _ in verdicts}) == 4
+        assert len(verdicts) == 2  # every evaluation of each run is there, once
+        assert len({row.candidate_id for row, _ in verdicts}) == 2
         assert run.champion_id in {row.candidate_id for row, _ in verdicts}
     # both started from the same default: that candidate is stored once, judged twice
     shared = store.evaluated_ids(recorded[0].id) & store.evaluated_ids(recorded[1].id)
     assert shared
     with store.session() as s:
-        assert s.scalar(select(func.count()).select_from(CandidateRow)) == 8 - len(shared)
+        assert s.scalar(select(func.count()).select_from(CandidateRow)) == 4 - len(shared)
     assert {row.run_id for row in store.lesson_evidence()} <= {run.id for run in recorded}

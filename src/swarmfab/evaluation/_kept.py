@@ -14,19 +14,24 @@ caught the next time, is always judged afresh.
 
 Verdicts live in ``<work dir>/battery/`` and, where ``SWARMFAB_BUILD_CACHE`` names a
 directory, there too (shared by every work directory, as builds are). Like builds, only
-the user should write those directories: a verdict found there is believed.
+the user should write those directories: a verdict found there is believed. Two
+processes about to put the same code through the same battery (two runs sharing a cache
+crown the same starting point) take turns: the second waits for the first's verdict, and
+judges afresh only if it was not an acceptance or took longer than ``CLAIM_WAIT_S``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import functools
 import hashlib
 import json
 import os
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -40,6 +45,7 @@ from swarmfab.workloads import Case, Tolerances, Workload
 __all__ = ["KeptVerdicts"]
 
 KEPT_NOTE = "kept: this code passed the same battery here before"
+CLAIM_WAIT_S = 300.0  # the longest wait for another process's battery of the same code
 
 
 @functools.cache
@@ -88,13 +94,38 @@ class KeptVerdicts:
         """The kept verdict of ``candidate`` on the battery ``cases`` define, else
         ``judge()``'s (kept where accepted)."""
         key = self.key(candidate, cases)
-        kept = self.get(key)
-        if kept is not None:
-            return dataclasses.replace(kept, candidate_id=candidate.id,
-                                       reason=f"{kept.reason}; {KEPT_NOTE}")
-        verdict = judge()
-        self.put(key, verdict)
+        with self._claim(key):  # another process judging this code: its verdict first
+            kept = self.get(key)
+            if kept is not None:
+                return dataclasses.replace(kept, candidate_id=candidate.id,
+                                           reason=f"{kept.reason}; {KEPT_NOTE}")
+            verdict = judge()
+            self.put(key, verdict)
         return verdict
+
+    @contextlib.contextmanager
+    def _claim(self, key: str) -> Iterator[None]:
+        """Hold ``key``'s lock (in the shared directory where there is one) while judging;
+        wait for another holder up to ``CLAIM_WAIT_S``. A lock that cannot be taken
+        (a read-only directory, a holder that hangs) is passed over: waiting is an
+        optimisation, as keeping is."""
+        try:
+            self.dirs[-1].mkdir(parents=True, exist_ok=True)
+            handle = open(self.dirs[-1] / f".{key}.lock", "a")  # noqa: SIM115
+        except OSError:
+            yield
+            return
+        with handle:
+            deadline = time.monotonic() + CLAIM_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
+            yield  # the lock goes with the file's closing
 
     def get(self, key: str) -> Verdict | None:
         for directory in self.dirs:
