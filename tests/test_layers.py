@@ -36,8 +36,9 @@ ALLOWED: dict[str, set[str]] = {
                 "measure", "records", "swarm", "workloads"},
     "report": {"errors", "evaluation", "goal", "knowledge", "measure", "records", "serving",
                "swarm", "workloads"},
+    "model": {"errors", "measure", "records", "workloads"},
     "cli": {"backends", "engine", "errors", "evaluation", "goal", "knowledge", "measure",
-            "records", "report", "serving", "swarm", "verify", "workloads"},
+            "model", "records", "report", "serving", "swarm", "verify", "workloads"},
     "__main__": {"cli"},
 }
 

@@ -2,11 +2,11 @@
 
 ``run`` (run, resume), ``bench`` (verify, bench, bench-policy), ``show`` (show, report,
 runs, export), ``serve`` (serve, loadgen, dashboard), ``suite``, ``refresh``, ``peaks``,
-``corpus``, ``lessons``, ``doctor``; ``engine`` runs an engine goal for ``run`` and ``resume``;
-``_common`` holds what they share. A command parses, calls one function below the
-command layer, and prints; nothing outside this package imports it. Each module imports
-torch, pydantic or the store only inside the commands that need them, so
-``swarmfab --help`` answers at once.
+``corpus``, ``lessons``, ``doctor``, ``model``; ``engine`` runs an engine goal for
+``run`` and ``resume``; ``_common`` holds what they share. A command parses, calls one
+function below the command layer, and prints; nothing outside this package imports it.
+Each module imports torch, pydantic or the store only inside the commands that need
+them, so ``swarmfab --help`` answers at once.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from swarmfab.cli.bench import bench, bench_policy, verify
 from swarmfab.cli.corpus import corpus_app
 from swarmfab.cli.doctor import doctor
 from swarmfab.cli.lessons import lessons
+from swarmfab.cli.model import model
 from swarmfab.cli.peaks import peaks
 from swarmfab.cli.refresh import refresh
 from swarmfab.cli.run import resume, run
@@ -29,7 +30,7 @@ from swarmfab.cli.suite import suite
 
 __all__ = [  # the app, and what tests and scripts import from here
     "STARTED", "_kda_slots", "app", "bench", "bench_policy", "dashboard", "export", "loadgen",
-    "peaks", "refresh", "report", "resume", "run", "runs", "serve", "show", "verify",
+    "model", "peaks", "refresh", "report", "resume", "run", "runs", "serve", "show", "verify",
 ]
 
 app = typer.Typer(
@@ -76,6 +77,7 @@ app.command()(serve)
 app.command()(loadgen)
 app.command("bench-policy")(bench_policy)
 app.command()(suite)
+app.command()(model)
 app.command()(doctor)
 app.add_typer(corpus_app, name="corpus")
 

@@ -1,0 +1,138 @@
+"""``swarmfab model TARGET``: where a model's time goes, its parts made faster, and the
+faster model checked and timed against the original (:mod:`swarmfab.model`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from swarmfab.cli._common import (
+    DEFAULT_DB,
+    DbOption,
+    JsonOption,
+    command_started,
+    console,
+    errors,
+    execute_goal,
+    friendly,
+)
+from swarmfab.cli.run import WorkdirOption
+
+__all__ = ["model"]
+
+
+@friendly
+def model(
+    target: Annotated[str, typer.Argument(
+        help="A Hugging Face model directory (config.json and weights) or "
+             "module.py:factory (a function returning the module and its example inputs).")],
+    budget: Annotated[str, typer.Option(
+        help="Wall-time budget of the whole command, every stage included, e.g. 15m.")] = "15m",
+    prefill: Annotated[int, typer.Option(min=1, help="Prefill length (tokens, batch 1).")] = 512,
+    decode_batch: Annotated[int, typer.Option(min=1, help="Decode batch size.")] = 1,
+    decode_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per decode.")
+                             ] = 16,
+    threads: Annotated[int | None, typer.Option(
+        min=1, help="Threads (default: every core this process may use).")] = None,
+    coverage: Annotated[float, typer.Option(
+        min=0.05, max=1.0, help="Extract parts until they cover this share of the time.")
+                        ] = 0.8,
+    max_parts: Annotated[int, typer.Option(min=1, help="Extract at most this many parts.")
+                         ] = 6,
+    out: Annotated[Path, typer.Option(help="Where the problem files are written.")
+                   ] = Path("swarmfab-model"),
+    profile_only: Annotated[bool, typer.Option(
+        "--profile-only", help="Profile and extract; optimise nothing.")] = False,
+    db: DbOption = DEFAULT_DB,
+    workdir: WorkdirOption = Path(".swarmfab"),
+    as_json: JsonOption = False,
+) -> None:
+    """Profile a model, make its slowest parts faster with the factory, and hand back the
+    faster model: checked end to end against the original, timed side by side."""
+    import os
+
+    import torch
+
+    from swarmfab.goal import default_goal, parse_duration
+    from swarmfab.knowledge import Store
+    from swarmfab.model import Options, load_target, study
+    from swarmfab.swarm.launch import sized_for_host
+
+    started = command_started()
+    count = threads or len(os.sched_getaffinity(0))
+    torch.set_num_threads(count)
+    options = Options(budget_s=parse_duration(budget), tokens=prefill, batch=decode_batch,
+                      new_tokens=decode_tokens, threads=count, coverage=coverage,
+                      max_parts=max_parts, profile_only=profile_only)
+    shown = errors if as_json else console
+
+    def log(line: str) -> None:
+        shown.print(f"{time.monotonic() - started:6.1f}s {line}", highlight=False)
+
+    store = Store(db)
+
+    def optimise(problem: Path, seconds: float) -> Any:
+        goal = default_goal(str(problem)).with_overrides(budget=f"{seconds:.0f}s",
+                                                         threads=count)
+        goal = sized_for_host(goal, "auto", log)
+        result, _ = execute_goal(goal, store, workdir, None, started=time.monotonic(),
+                                 out=shown)
+        return result
+
+    loaded = load_target(target)
+    log(f"target: {loaded.description}")
+    result = study(loaded, options, out, optimise, log, started)
+    (out / "study.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+        return
+    _print(result, out)
+
+
+def _print(result: Any, out: Path) -> None:
+    from rich.table import Table
+
+    for profile in result.profiles:
+        table = Table(title=f"{profile.label}: {profile.seconds * 1e3:.1f} ms a run, parts "
+                            f"cover {profile.covered:.0%}")
+        for column in ("part", "instances", "calls", "share"):
+            table.add_column(column, justify="left" if column == "part" else "right")
+        for part in profile.parts:
+            table.add_row(part.class_name, str(len(part.paths)), str(part.calls),
+                          f"{part.share:.1%}")
+        console.print(table)
+        operators = ", ".join(f"{op.name.removeprefix('aten::')} {op.share:.0%}"
+                              for op in profile.operators[:6])
+        console.print(f"  top operators (self time): {operators}", highlight=False)
+    parts = Table(title=f"parts (problem files in {out})")
+    for column in ("part", "share", "run", "outcome"):
+        parts.add_column(column)
+    for part in result.parts:
+        outcome = "patched into the model" if part.patched else (
+            part.note or ("crowned" if part.champion else "extracted"))
+        parts.add_row(part.class_name, f"{part.share:.1%}", part.run_id or "", outcome)
+    console.print(parts)
+    if result.end_to_end is not None:
+        check = result.end_to_end
+        console.print(f"end to end: {'passed' if check.passed else 'FAILED'}: {check.detail}",
+                      highlight=False)
+    if result.timings:
+        timings = Table(title="the model, original and patched, side by side")
+        for column in ("phase", "original", "patched", "speedup [95% CI]"):
+            timings.add_column(column, justify="left" if column == "phase" else "right")
+        for timing in result.timings:
+            timings.add_row(timing.label, f"{timing.original.median * 1e3:.1f} ms",
+                            f"{timing.patched.median * 1e3:.1f} ms",
+                            f"{timing.speedup.median:.2f}x [{timing.speedup.low:.2f}, "
+                            f"{timing.speedup.high:.2f}]")
+        console.print(timings)
+        console.print(f"the crowned parts ran {result.champion_calls} times while timed",
+                      highlight=False)
+    for note in result.notes:
+        console.print(note, highlight=False)
+    stages = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in result.stages.items())
+    console.print(f"stages: {stages}", highlight=False)

@@ -1,0 +1,221 @@
+"""A part of a model as a problem file in the KernelBench convention.
+
+The file builds the part the way the model did (its own class, constructed from the
+model's config or from the instance's own attributes) inside ``Model``, whose forward
+calls it on the inputs the profile recorded: their shapes are module-level sizes, so
+the verifier's cases can shrink them. Random weights are enough: the verifier loads the
+same weights into ``Model`` and ``ModelNew``, and the assembled model loads each
+instance's own.
+
+A class whose constructor cannot be called again from what the instance keeps (an
+argument it does not store) is saved whole instead (``torch.save`` of the module, next
+to the file) and loaded by ``Model``. A part is left out, with the reason, where its
+calls cannot be replayed from shapes alone (a cache object, keyword arguments that
+carry state).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from swarmfab.model.profile import ArgumentSpec, PartProfile
+from swarmfab.workloads.problem import MIN_SIZE
+
+__all__ = ["Extraction", "extract_part", "problem_name"]
+
+_SIMPLE = (bool, int, float, str, type(None))
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """A part's problem file, or why there is none."""
+
+    key: str
+    path: Path | None
+    reason: str = ""
+
+
+def problem_name(index: int, part: PartProfile) -> str:
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_",
+                   part.class_name).lower()
+    return f"{index:02d}_{re.sub(r'[^a-z0-9_]', '_', snake)}.py"
+
+
+def extract_part(part: PartProfile, module: torch.nn.Module, config: Any,
+                 directory: Path, index: int, described: str) -> Extraction:
+    """Write ``part`` (whose first instance is ``module``) as a problem file in
+    ``directory``; ``config`` is the model's configuration object, if it has one."""
+    why = _not_replayable(part)
+    if why:
+        return Extraction(part.key, None, why)
+    path = directory / problem_name(index, part)
+    try:
+        building = _constructor(module, config)
+    except ValueError:  # not rebuildable from its attributes: saved whole
+        saved = path.with_suffix(".pt")
+        torch.save(module, saved)
+        building = (_search_path(type(module)),
+                    f"torch.load({str(saved.resolve())!r}, weights_only=False)")
+    path.write_text(_source(part, building, described, _free_axes(module, part.args)))
+    return Extraction(part.key, path)
+
+
+def _not_replayable(part: PartProfile) -> str:
+    if not part.args and not part.kwargs:
+        return "never called in the profiled phases"
+    carried = [name for name, spec in part.kwargs.items()
+               if not (spec.kind == "value" and spec.value is None)]
+    if carried:
+        return f"called with keyword arguments ({', '.join(carried)}): not replayable from shapes"
+    others = [spec.type_name for spec in part.args if spec.kind == "other"]
+    if others:
+        return f"called with {', '.join(others)}: not replayable from shapes"
+    if not any(spec.kind == "tensor" for spec in part.args):
+        return "called without a tensor"
+    return ""
+
+
+def _constructor(module: torch.nn.Module, config: Any) -> tuple[str, str]:
+    """(imports, constructor call) rebuilding ``module``."""
+    cls = type(module)
+    where = cls.__module__
+    if where == "__main__":
+        raise ValueError(f"{cls.__name__} is defined in __main__: not importable")
+    arguments = []
+    signature = inspect.signature(cls.__init__)
+    for name, parameter in list(signature.parameters.items())[1:]:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if name == "config" and config is not None:
+            arguments.append("config=CONFIG")
+            continue
+        if hasattr(module, name):
+            value = getattr(module, name)
+            if isinstance(value, torch.Tensor | type(None)) and name == "bias":
+                value = value is not None  # nn.Linear's bias=True kept as a Parameter
+            if isinstance(value, torch.Size):
+                value = tuple(value)
+            if isinstance(value, _SIMPLE) or (isinstance(value, tuple) and all(
+                    isinstance(item, _SIMPLE) for item in value)):
+                arguments.append(f"{name}={value!r}")
+                continue
+        if parameter.default is not parameter.empty:
+            continue
+        raise ValueError(f"{cls.__name__}: its constructor's {name!r} is not kept by the "
+                         "instance: not rebuildable")
+    imports = _search_path(cls) + f"from {where} import {cls.__name__}"
+    if "config=CONFIG" in arguments:
+        imports += "\n" + _config_lines(config)
+    return imports, f"{cls.__name__}({', '.join(arguments)})"
+
+
+def _free_axes(module: torch.nn.Module, args: tuple[ArgumentSpec, ...]
+               ) -> set[tuple[int, int]]:
+    """The (argument, axis) pairs the part takes at other extents (a token or batch axis;
+    not one its weights fix): each tried alone at half as long again, on this instance."""
+    free = set()
+    for position, spec in enumerate(args):
+        for axis, extent in enumerate(spec.shape):
+            if spec.kind != "tensor" or extent < MIN_SIZE:
+                continue
+            shapes = [list(a.shape) for a in args]
+            shapes[position][axis] = extent + extent // 2
+            try:
+                with torch.no_grad():
+                    module(*[_example(a, shape) for a, shape in zip(args, shapes, strict=True)])
+            except Exception:
+                continue
+            free.add((position, axis))
+    return free
+
+
+def _example(spec: ArgumentSpec, shape: list[int]) -> Any:
+    if spec.kind != "tensor":
+        return spec.value
+    dtype = getattr(torch, spec.dtype)
+    if dtype.is_floating_point:
+        return torch.randn(shape, dtype=dtype)
+    if dtype == torch.bool:
+        return torch.ones(shape, dtype=dtype)
+    return torch.randint(0, max(spec.bound, 1), shape, dtype=dtype)
+
+
+def _source(part: PartProfile, building: tuple[str, str], described: str,
+            free: set[tuple[int, int]]) -> str:
+    importing, construction = building
+    sizes, inputs, names = [], [], []
+    for position, spec in enumerate(part.args):
+        name = f"x{position}"
+        if spec.kind == "tensor":
+            dims = []
+            for axis, extent in enumerate(spec.shape):
+                if (position, axis) not in free:  # fixed by the part's weights
+                    dims.append(str(extent))
+                    continue
+                size = f"{name}_dim{axis}"
+                sizes.append(f"{size} = {extent}")
+                dims.append(size)
+            inputs.append(_tensor(spec, dims))
+        else:
+            inputs.append(repr(spec.value))
+        names.append(name)
+    header = [f'"""{part.class_name} from {described}: {len(part.paths)} instance(s), '
+              f'{part.share:.1%} of the phase profiled.', "",
+              "Extracted by `swarmfab model`: the part as the model builds it, called on the",
+              'shapes the profile recorded."""', "import torch", "import torch.nn as nn", ""]
+    body = [
+        importing, "", *sizes, "", "",
+        "class Model(nn.Module):",
+        "    def __init__(self):",
+        "        super().__init__()",
+        f"        self.part = {construction}",
+        "",
+        f"    def forward(self, {', '.join(names)}):",
+        f"        return self.part({', '.join(names)})",
+        "", "",
+        "def get_inputs():",
+        f"    return [{', '.join(inputs)}]",
+        "", "",
+        "def get_init_inputs():",
+        "    return []",
+        "",
+    ]
+    return "\n".join(header + body)
+
+
+def _tensor(spec: ArgumentSpec, dims: list[str]) -> str:
+    shape = ", ".join(dims) if dims else ""
+    dtype = f"torch.{spec.dtype}"
+    if spec.dtype.startswith(("float", "bfloat", "complex")):
+        return f"torch.randn({shape}{', ' if shape else ''}dtype={dtype})"
+    if spec.dtype == "bool":
+        return f"torch.ones({shape}{', ' if shape else ''}dtype=torch.bool)"
+    return f"torch.randint(0, {max(spec.bound, 1)}, ({shape}{',' if len(dims) == 1 else ''}), " \
+           f"dtype={dtype})"
+
+
+def _search_path(cls: type) -> str:
+    """The line that makes ``cls``'s module importable where it is not installed (a
+    target's own file, imported from its directory), else nothing."""
+    module = sys.modules.get(cls.__module__)
+    file = getattr(module, "__file__", None)
+    if "." in cls.__module__ or not file or any(
+            part in ("site-packages", "dist-packages") for part in Path(file).parts):
+        return ""
+    return f"import sys\nsys.path.insert(0, {str(Path(file).resolve().parent)!r})\n"
+
+
+def _config_lines(config: Any) -> str:
+    """The model's config rebuilt from its class and its values (as saved)."""
+    cls = type(config)
+    values = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    return (f"import json\nfrom {cls.__module__} import {cls.__name__}\n"
+            f"CONFIG = {cls.__name__}.from_dict(json.loads({values!r}))")

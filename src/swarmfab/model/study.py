@@ -1,0 +1,224 @@
+"""``swarmfab model``'s job, stage by stage, inside one budget.
+
+1. **Profile** each phase: every part's share of the time, the top operators.
+2. **Extract** the parts worth working on, largest share first, until ``coverage`` of
+   the profiled time is covered (or ``max_parts``): a problem file each.
+3. **Optimise** each extracted part with the factory (its own run, verifier and store
+   records), under a budget split by the parts' shares. The closing stage's time is
+   reserved first.
+4. **Assemble** the crowned parts into the model, **check** it end to end against the
+   original (a part that fails there, alone, is dropped and named), and **time** each
+   phase original and patched, side by side.
+
+Every stage says what it took; what the budget left no time for is said, not skipped
+silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from swarmfab.model.assemble import (
+    EndToEnd,
+    Patched,
+    PhaseTiming,
+    check_end_to_end,
+    time_side_by_side,
+)
+from swarmfab.model.extract import extract_part
+from swarmfab.model.profile import PhaseProfile, find_parts, merged_share, profile_phase
+from swarmfab.model.target import Target, phases_of
+from swarmfab.workloads import Tolerances
+
+__all__ = ["Options", "PartOutcome", "Study", "study"]
+
+Log = Callable[[str], None]
+MIN_PART_S = 60.0  # a part's run: setup, a few evaluations, the closing table
+MIN_SHARE = 0.02   # a part under this share of the time is not worth a run
+COMPILE_S = 15.0   # a crowned part's first call in the model (a compile), per instance
+DEFAULT_TOLERANCES = Tolerances(rms_ratio=1e-4, max_abs_ratio=1e-3)  # float32
+
+
+@dataclass(frozen=True)
+class Options:
+    budget_s: float = 900.0
+    tokens: int = 512
+    batch: int = 1
+    new_tokens: int = 16
+    threads: int = 1
+    coverage: float = 0.8
+    max_parts: int = 6
+    rounds: int = 7
+    profile_only: bool = False
+    tolerances: Tolerances = DEFAULT_TOLERANCES
+
+
+@dataclass
+class PartOutcome:
+    key: str
+    class_name: str
+    instances: int
+    share: float  # averaged over the phases
+    problem: str | None = None
+    note: str = ""
+    run_id: str | None = None
+    champion: str | None = None
+    patched: bool = False
+
+
+@dataclass
+class Study:
+    target: str
+    profiles: list[PhaseProfile]
+    parts: list[PartOutcome]
+    stages: dict[str, float] = field(default_factory=dict)  # seconds per stage
+    end_to_end: EndToEnd | None = None
+    timings: list[PhaseTiming] = field(default_factory=list)
+    champion_calls: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def study(target: Target, options: Options, out: Path, optimise: Callable[..., Any],
+          log: Log, started: float) -> Study:
+    """The whole job on ``target``; ``optimise(path, seconds)`` runs the factory on one
+    problem file and returns its RunResult (the command layer's ``execute_goal``)."""
+    deadline = started + options.budget_s
+    phases = phases_of(target, tokens=options.tokens, batch=options.batch,
+                       new_tokens=options.new_tokens)
+    stage = time.monotonic()
+    log(f"profile: {', '.join(phase.label for phase in phases)}")
+    profiles = [profile_phase(target.module, phase) for phase in phases]
+    result = Study(target.description, profiles, [])
+    result.stages["profile"] = time.monotonic() - stage
+
+    stage = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    instances = find_parts(target.module)
+    shares = merged_share(profiles)
+    config = getattr(target.module, "config", None)
+    covered, chosen = 0.0, list[PartOutcome]()
+    for number, (key, share) in enumerate(sorted(shares.items(), key=lambda s: -s[1]), 1):
+        part = _recorded(profiles, key)
+        outcome = PartOutcome(key, part.class_name, len(instances[key]), share)
+        result.parts.append(outcome)
+        if covered >= options.coverage or len(chosen) >= options.max_parts:
+            outcome.note = "not extracted: the parts before it cover enough"
+            continue
+        if share < MIN_SHARE:
+            outcome.note = f"not extracted: under {MIN_SHARE:.0%} of the time"
+            continue
+        extraction = extract_part(part, instances[key][0][1], config, out, number,
+                                  target.description)
+        if extraction.path is None:
+            outcome.note = f"not extracted: {extraction.reason}"
+            continue
+        outcome.problem = str(extraction.path)
+        covered += share
+        chosen.append(outcome)
+    result.stages["extract"] = time.monotonic() - stage
+    log(f"extracted {len(chosen)} part(s) covering {covered:.0%} of the profiled time "
+        f"into {out}")
+    if options.profile_only or not chosen:
+        if not chosen:
+            result.notes.append("no part could be extracted: nothing to optimise")
+        return result
+
+    stage = time.monotonic()
+    reserve = max(0.1 * options.budget_s, _closing_estimate(profiles, chosen, options))
+    _optimise(result, chosen, deadline - reserve, optimise, log)
+    result.stages["optimise"] = time.monotonic() - stage
+
+    stage = time.monotonic()
+    _assemble_and_time(result, target, phases, instances, options, log)
+    result.stages["assemble, check, time"] = time.monotonic() - stage
+    return result
+
+
+def _recorded(profiles: list[PhaseProfile], key: str) -> Any:
+    """The part's profile from the first phase that called it (prefill's, where both)."""
+    found = [part for profile in profiles for part in profile.parts if part.key == key]
+    return next((part for part in found if part.args or part.kwargs), found[0])
+
+
+def _closing_estimate(profiles: list[PhaseProfile], chosen: list[PartOutcome],
+                      options: Options) -> float:
+    """Seconds the closing stage needs: the champions' compiles, the end-to-end check,
+    and every phase timed 2 x rounds + 2 times."""
+    runs = sum(profile.seconds for profile in profiles) * (2 * options.rounds + 6)
+    return COMPILE_S * sum(part.instances for part in chosen) + 1.5 * runs
+
+
+def _optimise(result: Study, chosen: list[PartOutcome], until: float,
+              optimise: Callable[..., Any], log: Log) -> None:
+    """Each chosen part's run, its budget its share of what is left (largest first; a
+    part whose share would fall under MIN_PART_S waits for the ones before it)."""
+    for index, part in enumerate(chosen):
+        left = until - time.monotonic()
+        pending = chosen[index:]
+        seconds = left * part.share / sum(p.share for p in pending)
+        if seconds < MIN_PART_S:
+            seconds = left if left >= MIN_PART_S else 0.0
+        if seconds < MIN_PART_S:
+            part.note = (f"not optimised: {max(left, 0):.0f} s of the budget left, a run "
+                         f"needs {MIN_PART_S:.0f} s (a larger --budget)")
+            continue
+        log(f"optimise {part.class_name} ({part.share:.0%} of the time): {seconds:.0f} s")
+        try:
+            run = optimise(Path(part.problem or ""), seconds)
+        except Exception as exc:  # one part's failure is its row; the others go on
+            part.note = f"its run failed: {type(exc).__name__}: {exc}"
+            continue
+        part.run_id = run.run_id
+        if run.champion is None:
+            part.note = "nothing faster than eager PyTorch was found"
+            continue
+        part.champion = run.champion.sources[run.champion.entry]
+
+
+def _assemble_and_time(result: Study, target: Target, phases: list[Any],
+                       instances: dict[str, list[tuple[str, torch.nn.Module]]],
+                       options: Options, log: Log) -> None:
+    crowned = [part for part in result.parts if part.champion]
+    if not crowned:
+        result.notes.append("no part was crowned: the model stays as it was")
+        return
+    kept = []
+    for part in crowned:  # each alone first: a part wrong only inside the model is named
+        alone = Patched(target.module)
+        alone.add(part.champion or "", instances[part.key])
+        check = check_end_to_end(target, alone, options.tolerances)
+        if check.passed:
+            kept.append(part)
+        else:
+            part.note = f"dropped: the model with it fails the end-to-end check ({check.detail})"
+            log(f"{part.class_name}: {part.note}")
+    if not kept:
+        result.notes.append("every crowned part failed the end-to-end check")
+        return
+    patched = Patched(target.module)
+    for part in kept:
+        patched.add(part.champion or "", instances[part.key])
+        part.patched = True
+    result.end_to_end = check_end_to_end(target, patched, options.tolerances)
+    log(f"end to end: {'passed' if result.end_to_end.passed else 'FAILED'}: "
+        f"{result.end_to_end.detail}")
+    if not result.end_to_end.passed:
+        result.notes.append("the parts together fail the end-to-end check: not timed")
+        return
+    before = patched.calls()
+    for phase in phases:
+        timing = time_side_by_side(target.module, phase, patched, options.rounds)
+        result.timings.append(timing)
+        log(f"{phase.label}: {timing.speedup.median:.2f}x "
+            f"[{timing.speedup.low:.2f}, {timing.speedup.high:.2f}]")
+    result.champion_calls = patched.calls() - before

@@ -1,0 +1,205 @@
+"""``swarmfab model``'s stages on a tiny dense decoder (random weights, made here): the
+profile, a part extracted as a problem file the verifier accepts with the original
+module as candidate, the crowned part assembled and running inside the model, and a
+part wrong only inside the model caught by the end-to-end check."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from swarmfab.cli import app
+from swarmfab.model import (
+    Options,
+    Patched,
+    check_end_to_end,
+    extract_part,
+    find_parts,
+    load_target,
+    phases_of,
+    profile_phase,
+    study,
+)
+from swarmfab.model.assemble import time_side_by_side
+from swarmfab.model.study import DEFAULT_TOLERANCES
+from swarmfab.records import Candidate
+
+transformers = pytest.importorskip("transformers")
+
+# a ModelNew as an agent writes one: the MLP's arithmetic spelt out
+FUSED_MLP = '''
+
+class ModelNew(Model):
+    def forward(self, x0):
+        p = self.part
+        return p.down_proj(torch.nn.functional.silu(p.gate_proj(x0)) * p.up_proj(x0))
+'''
+# right on every shape a problem file's cases draw (8 tokens and more), wrong one token
+# at a time: decode inside the model
+WRONG_AT_ONE_TOKEN = '''
+
+class ModelNew(Model):
+    def forward(self, x0):
+        out = self.part(x0)
+        return out * 1.5 if x0.shape[1] == 1 else out
+'''
+FACTORY = '''
+import torch
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(64, 256)
+        self.down = torch.nn.Linear(256, 64)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(x)))
+
+
+def make():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(64), Block())
+    return model, (torch.randn(4, 32, 64),)
+'''
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    directory = tmp_path_factory.mktemp("llama")
+    transformers.LlamaForCausalLM(config).save_pretrained(directory)
+    return directory
+
+
+def _mlp(target: Any) -> tuple[Any, list[tuple[str, torch.nn.Module]]]:
+    [phase, _] = phases_of(target, tokens=32, batch=1, new_tokens=4)
+    profile = profile_phase(target.module, phase, repeats=1)
+    part = next(p for p in profile.parts if p.class_name == "LlamaMLP")
+    return part, find_parts(target.module)[part.key]
+
+
+def test_the_profile_names_each_part_its_calls_and_share(llama: Path) -> None:
+    target = load_target(str(llama))
+    prefill, decode = (profile_phase(target.module, phase, repeats=2)
+                       for phase in phases_of(target, tokens=32, batch=2, new_tokens=4))
+    parts = {part.class_name: part for part in prefill.parts}
+    assert {"LlamaMLP", "LlamaAttention", "LlamaRMSNorm", "Linear", "Embedding"} <= set(parts)
+    assert len(parts["LlamaMLP"].paths) == 2 and parts["LlamaMLP"].calls == 2
+    assert len(parts["LlamaRMSNorm"].paths) == 5  # two per layer and the final one
+    assert parts["LlamaMLP"].args[0].shape == (1, 32, 64)
+    assert 0.3 < prefill.covered <= 1.05 and prefill.seconds > 0
+    assert prefill.operators and prefill.operators[0].name.startswith("aten::")
+    # decode: 4 tokens, the first step the whole prompt, for each of 2 layers
+    mlp = next(part for part in decode.parts if part.class_name == "LlamaMLP")
+    assert mlp.calls == 2 * 4 and mlp.args[0].shape == (2, 16, 64)
+
+
+def test_extracted_parts_are_problems_the_verifier_accepts_with_the_original(
+        llama: Path, tmp_path: Path) -> None:
+    target = load_target(str(llama))
+    [phase, _] = phases_of(target, tokens=32, batch=1, new_tokens=4)
+    profile = profile_phase(target.module, phase, repeats=1)
+    instances = find_parts(target.module)
+    written = {}
+    for number, name in enumerate(("LlamaMLP", "LlamaRMSNorm"), 1):
+        part = next(p for p in profile.parts if p.class_name == name)
+        extraction = extract_part(part, instances[part.key][0][1], target.module.config,
+                                  tmp_path, number, target.description)
+        assert extraction.path is not None, extraction.reason
+        written[name] = extraction.path
+    mlp = written["LlamaMLP"].read_text()
+    assert "LlamaMLP(config=CONFIG)" in mlp and "x0_dim1 = 32" in mlp  # tokens vary
+    assert "torch.randn(1, x0_dim1, 64" in mlp  # the hidden size is the weights'
+    # LlamaRMSNorm keeps no hidden_size to be rebuilt from: saved whole beside the file
+    assert "torch.load(" in written["LlamaRMSNorm"].read_text()
+    attention = next(p for p in profile.parts if p.class_name == "LlamaAttention")
+    refused = extract_part(attention, instances[attention.key][0][1], target.module.config,
+                           tmp_path, 3, target.description)
+    assert refused.path is None and "keyword arguments" in refused.reason
+
+    for name, problem in written.items():
+        candidate = tmp_path / f"{name}_candidate.py"
+        candidate.write_text(problem.read_text() + "\n\nclass ModelNew(Model):\n    pass\n")
+        done = CliRunner().invoke(app, [
+            "verify", str(problem), str(candidate), "--fast", "--json", "--threads", "1",
+            "--db", str(tmp_path / "x.db"), "--workdir", str(tmp_path / "work")])
+        verdict = json.loads(done.stdout)
+        assert verdict["status"] == "accepted", (name, verdict["reason"])
+
+
+def _champion(problem: Path, new: str) -> str:
+    return problem.read_text() + new
+
+
+def test_a_crowned_part_runs_inside_the_model_and_the_model_checks(
+        llama: Path, tmp_path: Path) -> None:
+    target = load_target(str(llama))
+    part, instances = _mlp(target)
+    problem = extract_part(part, instances[0][1], target.module.config, tmp_path, 1, "t").path
+    assert problem is not None
+    patched = Patched(target.module)
+    patched.add(_champion(problem, FUSED_MLP), instances)
+    assert len(patched) == 2
+    check = check_end_to_end(target, patched, DEFAULT_TOLERANCES)
+    assert check.passed and check.tokens_match, check.detail
+    assert patched.calls() > 0  # the champions ran, and the model is back as it was
+    assert type(target.module.model.layers[0].mlp).__name__ == "LlamaMLP"
+    [prefill, _] = phases_of(target, tokens=32, batch=1, new_tokens=4)
+    timing = time_side_by_side(target.module, prefill, patched, rounds=3)
+    assert timing.rounds == 3 and timing.speedup.low <= timing.speedup.median
+
+
+def test_a_part_wrong_only_inside_the_model_is_dropped_by_the_end_to_end_check(
+        llama: Path, tmp_path: Path) -> None:
+    target = load_target(str(llama))
+    crowned = []
+
+    def optimise(problem: Path, seconds: float) -> Any:
+        source = _champion(problem, WRONG_AT_ONE_TOKEN)
+        crowned.append(problem.name)
+        return SimpleNamespace(run_id=f"run-{len(crowned)}", champion=Candidate(
+            problem.stem, "torch-module", {"model_new.py": source}, "model_new.py"))
+
+    options = Options(budget_s=3600, tokens=32, new_tokens=4, coverage=1.0, rounds=3)
+    result = study(target, options, tmp_path / "parts", optimise, lambda line: None,
+                   time.monotonic())
+    tried = [p for p in result.parts if p.run_id]
+    assert "LlamaMLP" in {p.class_name for p in tried}
+    assert sorted(crowned) == sorted(Path(p.problem or "").name for p in tried)
+    for part in tried:  # each is wrong at one token: every one is dropped, and named
+        assert not part.patched and part.note.startswith("dropped: the model with it fails")
+    assert result.notes == ["every crowned part failed the end-to-end check"]
+    assert not result.timings
+
+
+def test_model_profiles_a_factory_module_and_says_what_it_extracted(tmp_path: Path) -> None:
+    (tmp_path / "net.py").write_text(textwrap.dedent(FACTORY))
+    done = CliRunner().invoke(app, [
+        "model", f"{tmp_path / 'net.py'}:make", "--profile-only", "--json", "--threads", "1",
+        "--out", str(tmp_path / "parts"), "--db", str(tmp_path / "x.db")])
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.stdout)
+    [profile] = result["profiles"]
+    assert profile["phase"] == "forward"
+    names = {part["class_name"] for part in result["parts"]}
+    assert names == {"LayerNorm", "Block"}
+    block = next(part for part in result["parts"] if part["class_name"] == "Block")
+    # the target file's own class, imported from its directory and built again
+    source = Path(block["problem"]).read_text()
+    assert "from net import Block" in source and "self.part = Block()" in source
+    assert (tmp_path / "parts" / "study.json").is_file()
+
+    bad = CliRunner().invoke(app, ["model", str(tmp_path / "net.py"), "--profile-only"])
+    assert bad.exit_code != 0 and "module.py:factory" in bad.output
