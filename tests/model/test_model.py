@@ -166,14 +166,19 @@ def test_a_part_wrong_only_inside_the_model_is_dropped_by_the_end_to_end_check(
     target = load_target(str(llama))
     crowned = []
 
-    def optimise(problem: Path, seconds: float) -> Any:
-        source = _champion(problem, WRONG_AT_ONE_TOKEN)
-        crowned.append(problem.name)
-        return SimpleNamespace(run_id=f"run-{len(crowned)}", champion=Candidate(
-            problem.stem, "torch-module", {"model_new.py": source}, "model_new.py"))
+    class Factory:  # what a run would crown: right on the problem, wrong in the model
+        def optimise(self, part: Any, seconds: float) -> Any:
+            problem = Path(part.problem)
+            source = _champion(problem, WRONG_AT_ONE_TOKEN)
+            crowned.append(problem.name)
+            return SimpleNamespace(run_id=f"run-{len(crowned)}", champion=Candidate(
+                problem.stem, "torch-module", {"model_new.py": source}, "model_new.py"))
+
+        def operator(self, part: Any, champion: Candidate) -> Any:
+            raise AssertionError("a dense decoder has no workload part")
 
     options = Options(budget_s=3600, tokens=32, new_tokens=4, coverage=1.0, rounds=3)
-    result = study(target, options, tmp_path / "parts", optimise, lambda line: None,
+    result = study(target, options, tmp_path / "parts", Factory(), lambda line: None,
                    time.monotonic())
     tried = [p for p in result.parts if p.run_id]
     assert "LlamaMLP" in {p.class_name for p in tried}

@@ -4,8 +4,11 @@ faster model checked and timed against the original (:mod:`swarmfab.model`)."""
 from __future__ import annotations
 
 import json
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Any
 
 import typer
@@ -57,10 +60,9 @@ def model(
 
     import torch
 
-    from swarmfab.goal import default_goal, parse_duration
+    from swarmfab.goal import parse_duration
     from swarmfab.knowledge import Store
     from swarmfab.model import Options, load_target, study
-    from swarmfab.swarm.launch import sized_for_host
 
     started = command_started()
     count = threads or len(os.sched_getaffinity(0))
@@ -73,24 +75,61 @@ def model(
     def log(line: str) -> None:
         shown.print(f"{time.monotonic() - started:6.1f}s {line}", highlight=False)
 
-    store = Store(db)
-
-    def optimise(problem: Path, seconds: float) -> Any:
-        goal = default_goal(str(problem)).with_overrides(budget=f"{seconds:.0f}s",
-                                                         threads=count)
-        goal = sized_for_host(goal, "auto", log)
-        result, _ = execute_goal(goal, store, workdir, None, started=time.monotonic(),
-                                 out=shown)
-        return result
-
+    factory = _Factory(Store(db), workdir, count, shown, log, out / "operators")
     loaded = load_target(target)
     log(f"target: {loaded.description}")
-    result = study(loaded, options, out, optimise, log, started)
+    result = study(loaded, options, out, factory, log, started)
     (out / "study.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
         return
     _print(result, out)
+
+
+class _Factory:
+    """The factory as ``swarmfab model``'s stages use it: a run per part (its problem
+    file, or its workload at the model's shapes), and a workload's champion exported as
+    a package and patched into the model's library."""
+
+    def __init__(self, store: Any, workdir: Path, threads: int, shown: Any,
+                 log: Callable[[str], None], packages: Path):
+        self.store, self.workdir, self.threads = store, workdir, threads
+        self.shown, self.log, self.packages = shown, log, packages
+
+    def optimise(self, part: Any, seconds: float) -> Any:
+        from swarmfab.goal import default_goal
+        from swarmfab.swarm.launch import sized_for_host
+
+        budget = f"{seconds:.0f}s"
+        if part.workload:
+            goal = default_goal(part.workload).with_overrides(
+                budget=budget, threads=self.threads, shapes=part.shapes)
+        else:
+            goal = sized_for_host(default_goal(part.problem).with_overrides(
+                budget=budget, threads=self.threads), "auto", self.log)
+        result, _ = execute_goal(goal, self.store, self.workdir, None,
+                                 started=time.monotonic(), out=self.shown)
+        return result
+
+    def operator(self, part: Any, champion: Any) -> Any:
+        import importlib
+
+        from swarmfab.model.assemble import OperatorPatch
+        from swarmfab.report.export import init_source
+        from swarmfab.report.wheel import build_library
+
+        name = f"{part.workload}_champion_{champion.id[:12]}"
+        package = self.packages / name
+        package.mkdir(parents=True, exist_ok=True)
+        (package / champion.entry).write_text(champion.sources[champion.entry])
+        run = SimpleNamespace(workload=part.workload, id=part.run_id)
+        (package / "__init__.py").write_text(init_source(name, run, champion, []))
+        build_library(package, champion)
+        if str(self.packages) not in sys.path:
+            sys.path.insert(0, str(self.packages))
+        module = importlib.import_module(name)
+        return OperatorPatch(module.patch_transformers, module.unpatch,
+                             lambda: sum(module.calls.values()))
 
 
 def _print(result: Any, out: Path) -> None:
@@ -112,8 +151,9 @@ def _print(result: Any, out: Path) -> None:
     for column in ("part", "share", "run", "outcome"):
         parts.add_column(column)
     for part in result.parts:
+        chosen = f"the {part.workload} workload" if part.workload else "extracted"
         outcome = "patched into the model" if part.patched else (
-            part.note or ("crowned" if part.champion else "extracted"))
+            part.note or ("crowned" if part.champion else chosen))
         parts.add_row(part.class_name, f"{part.share:.1%}", part.run_id or "", outcome)
     console.print(parts)
     if result.end_to_end is not None:

@@ -27,7 +27,8 @@ from swarmfab.model.target import Phase, Target
 from swarmfab.records import Estimate
 from swarmfab.workloads import Tolerances
 
-__all__ = ["EndToEnd", "Patched", "PhaseTiming", "check_end_to_end", "time_side_by_side"]
+__all__ = ["EndToEnd", "OperatorPatch", "Patched", "PhaseTiming", "check_end_to_end",
+           "time_side_by_side"]
 
 
 class _Swapped(torch.nn.Module):
@@ -43,13 +44,28 @@ class _Swapped(torch.nn.Module):
         return self.champion(*args)
 
 
+@dataclass(frozen=True)
+class OperatorPatch:
+    """An exported operator put where the model's library calls it (the delta rule's
+    package: ``patch_transformers``, ``unpatch``, and its count of calls)."""
+
+    patch: Callable[[], Any]
+    unpatch: Callable[[], Any]
+    calls: Callable[[], int]
+
+
 class Patched:
-    """Champions swapped into a model's parts, and out again."""
+    """Champions swapped into a model's parts (and exported operators patched in), and
+    out again."""
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self._swaps: list[tuple[torch.nn.Module, str, torch.nn.Module, _Swapped]] = []
+        self._operators: list[OperatorPatch] = []
         self.active = False
+
+    def add_operator(self, operator: OperatorPatch) -> None:
+        self._operators.append(operator)
 
     def add(self, source: str, instances: Sequence[tuple[str, torch.nn.Module]]) -> None:
         """A champion's file (``source``: the problem and ``class ModelNew``) for every
@@ -69,20 +85,25 @@ class Patched:
     def __enter__(self) -> Patched:
         for parent, name, _, swapped in self._swaps:
             setattr(parent, name, swapped)
+        for operator in self._operators:
+            operator.patch()
         self.active = True
         return self
 
     def __exit__(self, *exc: object) -> None:
         for parent, name, original, _ in self._swaps:
             setattr(parent, name, original)
+        for operator in self._operators:
+            operator.unpatch()
         self.active = False
 
     def __len__(self) -> int:
-        return len(self._swaps)
+        return len(self._swaps) + len(self._operators)
 
     def calls(self) -> int:
-        """The champions' calls so far, over every instance."""
-        return sum(swapped.calls for *_, swapped in self._swaps)
+        """The champions' calls so far, over every instance and operator."""
+        return sum(swapped.calls for *_, swapped in self._swaps) + sum(
+            operator.calls() for operator in self._operators)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ import torch
 
 from swarmfab.model.target import Phase
 
+SLOW_PHASE_S = 1.0  # a phase whose warm run took longer is profiled once
+
 __all__ = ["ArgumentSpec", "OperatorTime", "PartProfile", "PhaseProfile", "find_parts",
            "profile_phase"]
 
@@ -126,7 +128,10 @@ def profile_phase(model: torch.nn.Module, phase: Phase, repeats: int = 3,
                   top_operators: int = 12) -> PhaseProfile:
     """``phase`` on ``model``: each part's time and share, and the operators' self time."""
     parts = find_parts(model)
+    began = time.perf_counter()
     phase.call(model)  # warm: first-call allocations, lazy initialisation
+    if time.perf_counter() - began > SLOW_PHASE_S:
+        repeats = 1  # a slow phase's shares are steady over one run
     profiles = {key: PartProfile(key, type(instances[0][1]).__name__,
                                  [path for path, _ in instances])
                 for key, instances in parts.items()}

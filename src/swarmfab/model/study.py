@@ -2,10 +2,13 @@
 
 1. **Profile** each phase: every part's share of the time, the top operators.
 2. **Extract** the parts worth working on, largest share first, until ``coverage`` of
-   the profiled time is covered (or ``max_parts``): a problem file each.
-3. **Optimise** each extracted part with the factory (its own run, verifier and store
+   the profiled time is covered (or ``max_parts``): a problem file each, or, where the
+   part's heart is a workload swarmfab has (:mod:`.known`: Kimi Linear's KDA layer),
+   that workload at the model's shapes.
+3. **Optimise** each chosen part with the factory (its own run, verifier and store
    records), under a budget split by the parts' shares. The closing stage's time is
-   reserved first.
+   reserved first. The command layer is the :class:`Factory`: it runs a goal and turns
+   a workload's champion into an exported operator.
 4. **Assemble** the crowned parts into the model, **check** it end to end against the
    original (a part that fails there, alone, is dropped and named), and **time** each
    phase original and patched, side by side.
@@ -21,23 +24,26 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from swarmfab.model.assemble import (
     EndToEnd,
+    OperatorPatch,
     Patched,
     PhaseTiming,
     check_end_to_end,
     time_side_by_side,
 )
 from swarmfab.model.extract import extract_part
+from swarmfab.model.known import known_part
 from swarmfab.model.profile import PhaseProfile, find_parts, merged_share, profile_phase
 from swarmfab.model.target import Target, phases_of
+from swarmfab.records import Candidate
 from swarmfab.workloads import Tolerances
 
-__all__ = ["Options", "PartOutcome", "Study", "study"]
+__all__ = ["Factory", "Options", "PartOutcome", "Study", "study"]
 
 Log = Callable[[str], None]
 MIN_PART_S = 60.0  # a part's run: setup, a few evaluations, the closing table
@@ -66,11 +72,24 @@ class PartOutcome:
     class_name: str
     instances: int
     share: float  # averaged over the phases
-    problem: str | None = None
+    problem: str | None = None  # its problem file, or
+    workload: str | None = None  # the workload it maps to, at
+    shapes: list[dict[str, int]] = field(default_factory=list)  # the model's shapes
     note: str = ""
     run_id: str | None = None
-    champion: str | None = None
+    champion: str | None = None  # the crowned candidate's id
     patched: bool = False
+
+
+class Factory(Protocol):
+    """What the stages ask of the factory (the command layer provides it)."""
+
+    def optimise(self, part: PartOutcome, seconds: float) -> Any:
+        """A run on the part's problem file or workload, its budget ``seconds``: a
+        result with ``run_id`` and ``champion`` (a Candidate, or None)."""
+
+    def operator(self, part: PartOutcome, champion: Candidate) -> OperatorPatch:
+        """A workload part's champion as an operator patched into the model's library."""
 
 
 @dataclass
@@ -88,10 +107,9 @@ class Study:
         return dataclasses.asdict(self)
 
 
-def study(target: Target, options: Options, out: Path, optimise: Callable[..., Any],
-          log: Log, started: float) -> Study:
-    """The whole job on ``target``; ``optimise(path, seconds)`` runs the factory on one
-    problem file and returns its RunResult (the command layer's ``execute_goal``)."""
+def study(target: Target, options: Options, out: Path, factory: Factory, log: Log,
+          started: float) -> Study:
+    """The whole job on ``target``, inside ``options.budget_s`` from ``started``."""
     deadline = started + options.budget_s
     phases = phases_of(target, tokens=options.tokens, batch=options.batch,
                        new_tokens=options.new_tokens)
@@ -117,6 +135,12 @@ def study(target: Target, options: Options, out: Path, optimise: Callable[..., A
         if share < MIN_SHARE:
             outcome.note = f"not extracted: under {MIN_SHARE:.0%} of the time"
             continue
+        known = known_part(instances[key][0][1], options.tokens, options.batch)
+        if known is not None and target.causal_lm:
+            outcome.workload, outcome.shapes = known.workload, list(known.shapes)
+            covered += share
+            chosen.append(outcome)
+            continue
         extraction = extract_part(part, instances[key][0][1], config, out, number,
                                   target.description)
         if extraction.path is None:
@@ -135,11 +159,11 @@ def study(target: Target, options: Options, out: Path, optimise: Callable[..., A
 
     stage = time.monotonic()
     reserve = max(0.1 * options.budget_s, _closing_estimate(profiles, chosen, options))
-    _optimise(result, chosen, deadline - reserve, optimise, log)
+    crowned = _optimise(chosen, deadline - reserve, factory, log)
     result.stages["optimise"] = time.monotonic() - stage
 
     stage = time.monotonic()
-    _assemble_and_time(result, target, phases, instances, options, log)
+    _assemble_and_time(result, target, phases, instances, crowned, factory, options, log)
     result.stages["assemble, check, time"] = time.monotonic() - stage
     return result
 
@@ -153,15 +177,17 @@ def _recorded(profiles: list[PhaseProfile], key: str) -> Any:
 def _closing_estimate(profiles: list[PhaseProfile], chosen: list[PartOutcome],
                       options: Options) -> float:
     """Seconds the closing stage needs: the champions' compiles, the end-to-end check,
-    and every phase timed 2 x rounds + 2 times."""
-    runs = sum(profile.seconds for profile in profiles) * (2 * options.rounds + 6)
-    return COMPILE_S * sum(part.instances for part in chosen) + 1.5 * runs
+    and every phase run 2 x rounds + 4 times (warm-ups, the check's own)."""
+    runs = sum(profile.seconds for profile in profiles) * (2 * options.rounds + 4)
+    return COMPILE_S * sum(part.instances for part in chosen) + 1.2 * runs
 
 
-def _optimise(result: Study, chosen: list[PartOutcome], until: float,
-              optimise: Callable[..., Any], log: Log) -> None:
+def _optimise(chosen: list[PartOutcome], until: float, factory: Factory, log: Log
+              ) -> dict[str, Candidate]:
     """Each chosen part's run, its budget its share of what is left (largest first; a
-    part whose share would fall under MIN_PART_S waits for the ones before it)."""
+    part whose share would fall under MIN_PART_S waits for the ones before it). Returns
+    the crowned candidates by part key."""
+    crowned = {}
     for index, part in enumerate(chosen):
         left = until - time.monotonic()
         pending = chosen[index:]
@@ -172,30 +198,44 @@ def _optimise(result: Study, chosen: list[PartOutcome], until: float,
             part.note = (f"not optimised: {max(left, 0):.0f} s of the budget left, a run "
                          f"needs {MIN_PART_S:.0f} s (a larger --budget)")
             continue
-        log(f"optimise {part.class_name} ({part.share:.0%} of the time): {seconds:.0f} s")
+        what = f"the {part.workload} workload" if part.workload else Path(
+            part.problem or "").name
+        log(f"optimise {part.class_name} ({part.share:.0%} of the time) as {what}: "
+            f"{seconds:.0f} s")
         try:
-            run = optimise(Path(part.problem or ""), seconds)
+            run = factory.optimise(part, seconds)
         except Exception as exc:  # one part's failure is its row; the others go on
             part.note = f"its run failed: {type(exc).__name__}: {exc}"
             continue
         part.run_id = run.run_id
         if run.champion is None:
-            part.note = "nothing faster than eager PyTorch was found"
+            part.note = "nothing faster than its baselines was found"
             continue
-        part.champion = run.champion.sources[run.champion.entry]
+        part.champion = run.champion.id
+        crowned[part.key] = run.champion
+    return crowned
 
 
 def _assemble_and_time(result: Study, target: Target, phases: list[Any],
                        instances: dict[str, list[tuple[str, torch.nn.Module]]],
-                       options: Options, log: Log) -> None:
-    crowned = [part for part in result.parts if part.champion]
-    if not crowned:
+                       crowned: dict[str, Candidate], factory: Factory, options: Options,
+                       log: Log) -> None:
+    parts = [part for part in result.parts if part.key in crowned]
+    if not parts:
         result.notes.append("no part was crowned: the model stays as it was")
         return
+
+    def install(into: Patched, part: PartOutcome) -> None:
+        champion = crowned[part.key]
+        if part.workload:
+            into.add_operator(factory.operator(part, champion))
+        else:
+            into.add(champion.sources[champion.entry], instances[part.key])
+
     kept = []
-    for part in crowned:  # each alone first: a part wrong only inside the model is named
+    for part in parts:  # each alone first: a part wrong only inside the model is named
         alone = Patched(target.module)
-        alone.add(part.champion or "", instances[part.key])
+        install(alone, part)
         check = check_end_to_end(target, alone, options.tolerances)
         if check.passed:
             kept.append(part)
@@ -207,7 +247,7 @@ def _assemble_and_time(result: Study, target: Target, phases: list[Any],
         return
     patched = Patched(target.module)
     for part in kept:
-        patched.add(part.champion or "", instances[part.key])
+        install(patched, part)
         part.patched = True
     result.end_to_end = check_end_to_end(target, patched, options.tolerances)
     log(f"end to end: {'passed' if result.end_to_end.passed else 'FAILED'}: "
