@@ -16,25 +16,31 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(torch.version.cuda is not None, reason="Inductor on the CPU")]
 
 
-def compile_and_list_headers() -> list[tuple[str, bool]]:
+def compile_and_list_headers(stamps: dict[str, int]) -> list[tuple[str, bool]]:
     """Compile a small function; then each file in Inductor's precompiled-header
-    directory, and whether it is a link (to the base cache) rather than built here."""
+    directory, and whether it came from the base cache (a link to it, or, for a job
+    whose user could not read the cache in place, a copy its parent made, with the
+    cache's modification time in ``stamps``) rather than built here."""
     compiled = torch.compile(lambda x: torch.softmax(x * 2, dim=-1))
     with torch.no_grad():
         compiled(torch.randn(4, 8))
     user = getpass.getuser()
     headers = Path(os.environ["TMPDIR"]) / f"torchinductor_{user}" / "precompiled_headers"
-    return sorted((path.name, path.is_symlink()) for path in headers.glob("*.h*"))
+    return sorted((path.name, path.is_symlink() or
+                   path.stat().st_mtime_ns == stamps.get(path.name))
+                  for path in headers.glob("*.h*"))
 
 
 def test_a_compiling_job_builds_no_precompiled_header_of_its_own(tmp_path: Path) -> None:
     """The header every kernel includes takes 7 s to build on 2 cores; a job that built
     it again (a torch that moved where it looks) would pay that on every compile."""
-    base = base_cache(tmp_path / "cache")
+    user = job_user(isolate=True)
+    base = base_cache(tmp_path / "cache", user=user)
     assert base is not None, "the base cache could not be made"
-    links = linked_headers(base, job_user(isolate=True))
+    links = linked_headers(base, user)
     assert links, "the base cache kept no precompiled header"
-    outcome = run_job(compile_and_list_headers, stage=staged_base(base), links=links,
+    stamps = {source.name: source.stat().st_mtime_ns for source in links.values()}
+    outcome = run_job(compile_and_list_headers, stamps, stage=staged_base(base), links=links,
                       limits=Limits(wall_s=300, allow_processes=True, file_bytes=2**31))
     assert outcome.status is JobStatus.OK, outcome.detail + outcome.output_tail
     headers = dict(outcome.value)

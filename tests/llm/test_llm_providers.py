@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ from swarmfab.agents.llm.spend import Pricing, Spend
 from swarmfab.errors import GoalError, ProviderError
 from swarmfab.goal import LLMSettings
 from swarmfab.report.llm import summarise_events
-from swarmfab.sandbox import scrubbed_environment
+from swarmfab.sandbox import job_user, scrubbed_environment
 
 ASK = [Message("system", "be brief"), Message("user", "make it faster")]
 
@@ -162,16 +163,19 @@ def test_cost_is_known_only_where_the_price_is() -> None:
 KEY_PROBE = """
 import os, pathlib, sys
 from swarmfab.goal import LLMSettings
-from swarmfab.sandbox import scrubbed_environment
+from swarmfab.sandbox import job_user, scrubbed_environment
 from swarmfab.agents.llm.providers import read_api_key
 from swarmfab.sandbox import run_job
 if __name__ == "__main__":
     if sys.argv[1] == "read":  # what swarmfab run does before any job starts
         assert read_api_key(LLMSettings(model="m", api_key_env="MY_LLM_ACCESS")) == "s3cr3t-value"
     seen = run_job(os.getenv, "MY_LLM_ACCESS").value
-    block = run_job(pathlib.Path.read_bytes, pathlib.Path("/proc/self/environ")).value
+    # a job dropped to nobody may not read its own environ block (a process that changed
+    # its user is not dumpable): then it cannot find the key there either
+    read = run_job(pathlib.Path.read_bytes, pathlib.Path("/proc/self/environ"))
     print("getenv", seen)
-    print("environ", b"s3cr3t-value" in block)
+    print("environ", read.value is not None and b"s3cr3t-value" in read.value)
+    print("read", read.status.value, read.detail)
 """
 
 
@@ -186,3 +190,5 @@ def test_a_key_read_by_the_llm_agents_never_reaches_a_candidate_job(tmp_path: Pa
                           env=env, cwd=tmp_path, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "getenv None" in done.stdout and "environ False" in done.stdout
+    if job_user(isolate=True) == getpass.getuser():  # not dropped: the block was read
+        assert "read ok" in done.stdout, done.stdout

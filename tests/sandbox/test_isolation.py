@@ -44,7 +44,10 @@ def test_writing_outside_the_job_directory_is_refused(tmp_path: Path) -> None:
     if outcome.status is JobStatus.OK:
         pytest.skip("this host allows neither mount namespaces nor dropping privileges")
     assert outcome.status is JobStatus.ERROR
-    assert "Read-only file system" in outcome.detail or "Permission denied" in outcome.detail
+    # refused, or out of sight (a job dropped to nobody sees nothing beneath a directory
+    # closed to others, as pytest's temporary directories are)
+    assert any(reason in outcome.detail for reason in (
+        "Read-only file system", "Permission denied", "No such file or directory"))
     assert not target.exists()
 
 
@@ -106,7 +109,8 @@ def test_a_trusted_job_may_write_a_shared_cache_and_nowhere_else(tmp_path: Path)
     assert (shared / "kernel").read_text() == "written" and not (other / "kernel").exists()
     plain = run_job(hostile_jobs.write_where_told, str(shared / "again"), limits=Limits())
     # without it, the cache is read-only (or closed to a job dropped to nobody)
-    assert plain.value[0] in ("OSError", "PermissionError") and plain.value[1] == "unset"
+    assert plain.value[0] in ("OSError", "PermissionError", "FileNotFoundError")
+    assert plain.value[1] == "unset"
 
 
 def test_the_network_is_out_of_reach() -> None:

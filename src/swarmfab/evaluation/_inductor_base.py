@@ -20,6 +20,7 @@ baseline) would load.
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import os
 import platform
@@ -65,15 +66,19 @@ for cpp_wrapper in (False, True):
 """
 
 
-def base_cache(cache_dir: Path, cores: tuple[int, ...] = ()) -> Path | None:
+def base_cache(cache_dir: Path, cores: tuple[int, ...] = (), user: str = "") -> Path | None:
     """The warm base cache (made on first use, ~20-40 s, on ``cores`` where given):
     in the user's cache, so every working directory on this host shares one, else under
     ``cache_dir``; None where it cannot be made (jobs then start cold). One per torch
     installation: the precompiled headers are only valid for the include paths they were
-    built with (two environments with the same torch version would not share them)."""
+    built with (two environments with the same torch version would not share them); and
+    one per job ``user`` (default: this process's), whose name Inductor writes into its
+    headers (a root parent's jobs dropped to nobody look for nobody's)."""
+    user = user or getpass.getuser()
     machine = re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{platform.machine()}-{_cpu_model()}")
     where = hashlib.sha256(str(Path(torch.__file__).resolve().parent).encode()).hexdigest()
-    name = f"torch-{torch.__version__}-{machine}-{where[:10]}-{_LAYOUT}"
+    name = (f"torch-{torch.__version__}-{machine}-{where[:10]}-{_LAYOUT}"
+            + ("" if user == getpass.getuser() else f"-for-{re.sub(r'[^A-Za-z0-9_]', '_', user)}"))
     places = [user_cache("inductor-base") / name,
               cache_dir.resolve() / "inductor-base" / name]
     with _lock:
@@ -86,16 +91,17 @@ def base_cache(cache_dir: Path, cores: tuple[int, ...] = ()) -> Path | None:
                 scratch = Path(tempfile.mkdtemp(prefix="warming-", dir=final.parent))
             except OSError:
                 continue  # not writable: the next place
-            return _warm(scratch, final, cores)
+            return _warm(scratch, final, cores, user)
     return None
 
 
-def _warm(scratch: Path, final: Path, cores: tuple[int, ...]) -> Path | None:
-    """Compile :data:`_WARM` with ``scratch`` as the cache, keep the precompiled headers
-    it made, then move it to ``final`` (atomically: another process may be warming the
-    same place)."""
+def _warm(scratch: Path, final: Path, cores: tuple[int, ...], user: str) -> Path | None:
+    """Compile :data:`_WARM` with ``scratch`` as the cache (as ``user`` names itself,
+    where Inductor reads the name), keep the precompiled headers it made, then move it
+    to ``final`` (atomically: another process may be warming the same place)."""
     temporary = scratch / "tmp"
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(scratch), "TMPDIR": str(temporary)}
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(scratch), "TMPDIR": str(temporary),
+           "USER": user, "LOGNAME": user}
     try:
         temporary.mkdir()
         pin = f"import os\nos.sched_setaffinity(0, {set(cores)!r})\n" if cores else ""

@@ -70,8 +70,9 @@ def warm_start(limits: Limits, device: str, cache_dir: Path, cores: tuple[int, .
     starts from the warm base cache and links its precompiled headers."""
     if not (limits.allow_processes and device == "cpu"):
         return stage, {}
-    base = base_cache(cache_dir, cores)
-    return {**staged_base(base), **stage}, linked_headers(base, job_user(limits.isolate))
+    user = job_user(limits.isolate)
+    base = base_cache(cache_dir, cores, user)
+    return {**staged_base(base), **stage}, linked_headers(base, user)
 
 
 def trusted(candidate: Candidate | None) -> bool:

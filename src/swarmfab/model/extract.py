@@ -8,15 +8,18 @@ same weights into ``Model`` and ``ModelNew``, and the assembled model loads each
 instance's own.
 
 A class whose constructor cannot be called again from what the instance keeps (an
-argument it does not store) is saved whole instead (``torch.save`` of the module, next
-to the file) and loaded by ``Model``. A part is left out, with the reason, where its
+argument it does not store) is saved whole instead (``torch.save`` of the module: in
+the file itself up to ``INLINE_BYTES``, so a sandboxed job needs nothing else, else
+next to it) and loaded by ``Model``. A part is left out, with the reason, where its
 calls cannot be replayed from shapes alone (a cache object, keyword arguments that
 carry state).
 """
 
 from __future__ import annotations
 
+import base64
 import inspect
+import io
 import json
 import re
 import sys
@@ -32,6 +35,7 @@ from swarmfab.workloads.problem import MIN_SIZE
 __all__ = ["Extraction", "extract_part", "problem_name"]
 
 _SIMPLE = (bool, int, float, str, type(None))
+INLINE_BYTES = 4 * 2**20  # a module saved whole up to this size goes into the file
 
 
 @dataclass(frozen=True)
@@ -60,10 +64,7 @@ def extract_part(part: PartProfile, module: torch.nn.Module, config: Any,
     try:
         building = _constructor(module, config)
     except ValueError:  # not rebuildable from its attributes: saved whole
-        saved = path.with_suffix(".pt")
-        torch.save(module, saved)
-        building = (_search_path(type(module)),
-                    f"torch.load({str(saved.resolve())!r}, weights_only=False)")
+        building = _saved(module, path)
     path.write_text(_source(part, building, described, _free_axes(module, part.args)))
     return Extraction(part.key, path)
 
@@ -200,6 +201,22 @@ def _tensor(spec: ArgumentSpec, dims: list[str]) -> str:
         return f"torch.ones({shape}{', ' if shape else ''}dtype=torch.bool)"
     return f"torch.randint(0, {max(spec.bound, 1)}, ({shape}{',' if len(dims) == 1 else ''}), " \
            f"dtype={dtype})"
+
+
+def _saved(module: torch.nn.Module, path: Path) -> tuple[str, str]:
+    """(imports, construction) loading ``module`` saved whole."""
+    buffer = io.BytesIO()
+    torch.save(module, buffer)
+    imports = _search_path(type(module))
+    if buffer.tell() <= INLINE_BYTES:
+        text = base64.b64encode(buffer.getvalue()).decode()
+        lines = "\n".join(f"    {text[i:i + 96]!r}" for i in range(0, len(text), 96))
+        return (f"{imports}import base64\nimport io\n\nSAVED = (\n{lines}\n)",
+                "torch.load(io.BytesIO(base64.b64decode(SAVED)), weights_only=False)")
+    saved = path.with_suffix(".pt")
+    saved.write_bytes(buffer.getvalue())
+    saved.chmod(0o644)
+    return imports, f"torch.load({str(saved.resolve())!r}, weights_only=False)"
 
 
 def _search_path(cls: type) -> str:

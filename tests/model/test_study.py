@@ -122,8 +122,8 @@ def test_extracted_parts_are_problems_the_verifier_accepts_with_the_original(
     mlp = written["LlamaMLP"].read_text()
     assert "LlamaMLP(config=CONFIG)" in mlp and "x0_dim1 = 32" in mlp  # tokens vary
     assert "torch.randn(1, x0_dim1, 64" in mlp  # the hidden size is the weights'
-    # LlamaRMSNorm keeps no hidden_size to be rebuilt from: saved whole beside the file
-    assert "torch.load(" in written["LlamaRMSNorm"].read_text()
+    # LlamaRMSNorm keeps no hidden_size to be rebuilt from: saved whole, in the file
+    assert "base64.b64decode(SAVED)" in written["LlamaRMSNorm"].read_text()
     attention = next(p for p in profile.parts if p.class_name == "LlamaAttention")
     refused = extract_part(attention, instances[attention.key][0][1], target.module.config,
                            tmp_path, 3, target.description)
