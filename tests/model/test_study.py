@@ -208,3 +208,36 @@ def test_model_profiles_a_factory_module_and_says_what_it_extracted(tmp_path: Pa
 
     bad = CliRunner().invoke(app, ["model", str(tmp_path / "net.py"), "--profile-only"])
     assert bad.exit_code != 0 and "module.py:factory" in bad.output
+
+
+def test_a_crowned_part_is_patched_timed_and_its_amdahl_share_predicted(
+        llama: Path, tmp_path: Path) -> None:
+    target = load_target(str(llama))
+    table = SimpleNamespace(reference="champion", ratio_to_reference={
+        "champion": SimpleNamespace(median=1.0), "torch-eager": SimpleNamespace(median=2.0)})
+
+    class Factory:  # crowns the spelt-out MLP, 2x faster than eager in its own run
+        def optimise(self, part: Any, seconds: float) -> Any:
+            assert seconds >= 60
+            if part.class_name != "LlamaMLP":
+                return SimpleNamespace(run_id="nothing", champion=None, final=[])
+            problem = Path(part.problem)
+            return SimpleNamespace(run_id="mlp", final=[table], champion=Candidate(
+                problem.stem, "torch-module", {"model_new.py": _champion(problem, FUSED_MLP)},
+                "model_new.py"))
+
+        def operator(self, part: Any, champion: Candidate) -> Any:
+            raise AssertionError("a dense decoder has no workload part")
+
+    options = Options(budget_s=3600, tokens=32, new_tokens=4, coverage=1.0, rounds=3)
+    result = study(target, options, tmp_path / "parts", Factory(), lambda line: None,
+                   time.monotonic())
+    [mlp] = [part for part in result.parts if part.class_name == "LlamaMLP"]
+    assert mlp.patched and mlp.speedups == [2.0] and mlp.run_id == "mlp"
+    assert result.end_to_end is not None and result.end_to_end.passed
+    assert [timing.phase for timing in result.timings] == ["prefill", "decode"]
+    assert result.champion_calls > 0
+    for profile in result.profiles:  # 1 / (1 - s/2): the MLP's share at twice the speed
+        share = sum(p.share for p in profile.parts if p.class_name == "LlamaMLP")
+        assert result.predicted[profile.phase] == pytest.approx(1 / (1 - share / 2))
+    assert set(result.stages) == {"profile", "extract", "optimise", "assemble, check, time"}

@@ -148,13 +148,15 @@ def _print(result: Any, out: Path) -> None:
                               for op in profile.operators[:6])
         console.print(f"  top operators (self time): {operators}", highlight=False)
     parts = Table(title=f"parts (problem files in {out})")
-    for column in ("part", "share", "run", "outcome"):
+    for column in ("part", "share", "its speedup", "run", "outcome"):
         parts.add_column(column)
     for part in result.parts:
         chosen = f"the {part.workload} workload" if part.workload else "extracted"
         outcome = "patched into the model" if part.patched else (
             part.note or ("crowned" if part.champion else chosen))
-        parts.add_row(part.class_name, f"{part.share:.1%}", part.run_id or "", outcome)
+        speedup = " / ".join(f"{value:.2f}x" for value in part.speedups)
+        parts.add_row(part.class_name, f"{part.share:.1%}", speedup, part.run_id or "",
+                      outcome)
     console.print(parts)
     if result.end_to_end is not None:
         check = result.end_to_end
@@ -162,13 +164,16 @@ def _print(result: Any, out: Path) -> None:
                       highlight=False)
     if result.timings:
         timings = Table(title="the model, original and patched, side by side")
-        for column in ("phase", "original", "patched", "speedup [95% CI]"):
+        for column in ("phase", "original", "patched", "speedup [95% CI]",
+                       "Amdahl from the parts"):
             timings.add_column(column, justify="left" if column == "phase" else "right")
         for timing in result.timings:
+            predicted = result.predicted.get(timing.phase)
             timings.add_row(timing.label, f"{timing.original.median * 1e3:.1f} ms",
                             f"{timing.patched.median * 1e3:.1f} ms",
                             f"{timing.speedup.median:.2f}x [{timing.speedup.low:.2f}, "
-                            f"{timing.speedup.high:.2f}]")
+                            f"{timing.speedup.high:.2f}]",
+                            f"{predicted:.2f}x" if predicted else "")
         console.print(timings)
         console.print(f"the crowned parts ran {result.champion_calls} times while timed",
                       highlight=False)

@@ -78,6 +78,7 @@ class PartOutcome:
     note: str = ""
     run_id: str | None = None
     champion: str | None = None  # the crowned candidate's id
+    speedups: list[float] = field(default_factory=list)  # its run's, per target shape
     patched: bool = False
 
 
@@ -100,6 +101,7 @@ class Study:
     stages: dict[str, float] = field(default_factory=dict)  # seconds per stage
     end_to_end: EndToEnd | None = None
     timings: list[PhaseTiming] = field(default_factory=list)
+    predicted: dict[str, float] = field(default_factory=dict)  # Amdahl, per phase
     champion_calls: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -212,8 +214,32 @@ def _optimise(chosen: list[PartOutcome], until: float, factory: Factory, log: Lo
             part.note = "nothing faster than its baselines was found"
             continue
         part.champion = run.champion.id
+        part.speedups = [_over_baselines(table) for table in getattr(run, "final", [])]
         crowned[part.key] = run.champion
     return crowned
+
+
+def _over_baselines(table: Any) -> float:
+    """The champion's speedup in its run's closing table: over eager PyTorch where it was
+    timed (what the model ran), else over the fastest baseline."""
+    ratios = {name: estimate.median for name, estimate in table.ratio_to_reference.items()
+              if name != table.reference}
+    return ratios.get("torch-eager", min(ratios.values(), default=1.0))
+
+
+def amdahl(profiles: list[PhaseProfile], parts: list[PartOutcome]) -> dict[str, float]:
+    """Each phase's speedup if every patched part ran at its run's speedup there (a
+    part's first shape for prefill, its last for decode) and the rest as it was."""
+    predicted = {}
+    for index, profile in enumerate(profiles):
+        time_left = 1.0
+        for part in parts:
+            share = sum(p.share for p in profile.parts if p.key == part.key)
+            if part.patched and part.speedups and share:
+                speedup = part.speedups[min(index, len(part.speedups) - 1)]
+                time_left -= share - share / speedup
+        predicted[profile.phase] = 1.0 / time_left
+    return predicted
 
 
 def _assemble_and_time(result: Study, target: Target, phases: list[Any],
@@ -255,6 +281,7 @@ def _assemble_and_time(result: Study, target: Target, phases: list[Any],
     if not result.end_to_end.passed:
         result.notes.append("the parts together fail the end-to-end check: not timed")
         return
+    result.predicted = amdahl(result.profiles, result.parts)
     before = patched.calls()
     for phase in phases:
         timing = time_side_by_side(target.module, phase, patched, options.rounds)
