@@ -5,6 +5,7 @@ part wrong only inside the model caught by the end-to-end check."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import textwrap
 import time
@@ -241,3 +242,19 @@ def test_a_crowned_part_is_patched_timed_and_its_amdahl_share_predicted(
         share = sum(p.share for p in profile.parts if p.class_name == "LlamaMLP")
         assert result.predicted[profile.phase] == pytest.approx(1 / (1 - share / 2))
     assert set(result.stages) == {"profile", "extract", "optimise", "assemble, check, time"}
+    # written out: apply(model) on a freshly loaded model puts the same parts in place
+    applying = Path(result.exported)
+    assert applying.name == "apply.py" and (applying.parent / "parts.json").is_file()
+    spec = importlib.util.spec_from_file_location("patched_parts", applying)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fresh = load_target(str(llama)).module
+    ids = torch.randint(3, 128, (1, 20))
+    with torch.no_grad():
+        expected = fresh(input_ids=ids).logits
+        patched = module.apply(fresh)
+        got = fresh(input_ids=ids).logits
+    assert patched.calls() == 2 and torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
+    patched.__exit__(None, None, None)
+    assert type(fresh.model.layers[0].mlp).__name__ == "LlamaMLP"

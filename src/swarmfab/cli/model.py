@@ -127,9 +127,7 @@ class _Factory:
         build_library(package, champion)
         if str(self.packages) not in sys.path:
             sys.path.insert(0, str(self.packages))
-        module = importlib.import_module(name)
-        return OperatorPatch(module.patch_transformers, module.unpatch,
-                             lambda: sum(module.calls.values()))
+        return OperatorPatch.of(importlib.import_module(name))
 
 
 def _print(result: Any, out: Path) -> None:

@@ -18,6 +18,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -52,6 +53,15 @@ class OperatorPatch:
     patch: Callable[[], Any]
     unpatch: Callable[[], Any]
     calls: Callable[[], int]
+    directory: str = ""  # the package's, where it was written
+
+    @classmethod
+    def of(cls, package: Any) -> OperatorPatch:
+        """An exported package's patch (an imported module with ``patch_transformers``,
+        ``unpatch`` and ``calls``)."""
+        return cls(package.patch_transformers, package.unpatch,
+                   lambda: sum(package.calls.values()),
+                   str(Path(package.__file__).parent))
 
 
 class Patched:
@@ -66,6 +76,9 @@ class Patched:
 
     def add_operator(self, operator: OperatorPatch) -> None:
         self._operators.append(operator)
+
+    def add_operator_package(self, package: Any) -> None:
+        self.add_operator(OperatorPatch.of(package))
 
     def add(self, source: str, instances: Sequence[tuple[str, torch.nn.Module]]) -> None:
         """A champion's file (``source``: the problem and ``class ModelNew``) for every

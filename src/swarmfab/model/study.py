@@ -36,6 +36,7 @@ from swarmfab.model.assemble import (
     check_end_to_end,
     time_side_by_side,
 )
+from swarmfab.model.export import write_patched
 from swarmfab.model.extract import extract_part
 from swarmfab.model.known import known_part
 from swarmfab.model.profile import PhaseProfile, find_parts, merged_share, profile_phase
@@ -102,6 +103,7 @@ class Study:
     end_to_end: EndToEnd | None = None
     timings: list[PhaseTiming] = field(default_factory=list)
     predicted: dict[str, float] = field(default_factory=dict)  # Amdahl, per phase
+    exported: str = ""  # apply.py of the parts that passed (model/export.py)
     champion_calls: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -165,7 +167,8 @@ def study(target: Target, options: Options, out: Path, factory: Factory, log: Lo
     result.stages["optimise"] = time.monotonic() - stage
 
     stage = time.monotonic()
-    _assemble_and_time(result, target, phases, instances, crowned, factory, options, log)
+    _assemble_and_time(result, target, phases, out, instances, crowned, factory, options,
+                       log)
     result.stages["assemble, check, time"] = time.monotonic() - stage
     return result
 
@@ -242,7 +245,7 @@ def amdahl(profiles: list[PhaseProfile], parts: list[PartOutcome]) -> dict[str, 
     return predicted
 
 
-def _assemble_and_time(result: Study, target: Target, phases: list[Any],
+def _assemble_and_time(result: Study, target: Target, phases: list[Any], out: Path,
                        instances: dict[str, list[tuple[str, torch.nn.Module]]],
                        crowned: dict[str, Candidate], factory: Factory, options: Options,
                        log: Log) -> None:
@@ -251,10 +254,14 @@ def _assemble_and_time(result: Study, target: Target, phases: list[Any],
         result.notes.append("no part was crowned: the model stays as it was")
         return
 
+    operators: dict[str, OperatorPatch] = {}
+
     def install(into: Patched, part: PartOutcome) -> None:
         champion = crowned[part.key]
         if part.workload:
-            into.add_operator(factory.operator(part, champion))
+            if part.key not in operators:
+                operators[part.key] = factory.operator(part, champion)
+            into.add_operator(operators[part.key])
         else:
             into.add(champion.sources[champion.entry], instances[part.key])
 
@@ -281,6 +288,14 @@ def _assemble_and_time(result: Study, target: Target, phases: list[Any],
     if not result.end_to_end.passed:
         result.notes.append("the parts together fail the end-to-end check: not timed")
         return
+    result.exported = str(write_patched(out / "patched", target.description, [{
+        "name": Path(part.problem).stem if part.problem else f"{part.workload}-{index}",
+        "paths": [path for path, _ in instances[part.key]],
+        "champion_source": None if part.workload else crowned[part.key].sources[
+            crowned[part.key].entry],
+        "package": operators[part.key].directory if part.workload else None,
+    } for index, part in enumerate(kept)]))
+    log(f"the parts that passed, with apply(model): {result.exported}")
     result.predicted = amdahl(result.profiles, result.parts)
     before = patched.calls()
     for phase in phases:
