@@ -48,9 +48,16 @@ class ModelNew(Model):
 WRONG_AT_ONE_TOKEN = '''
 
 class ModelNew(Model):
-    def forward(self, x0):
-        out = self.part(x0)
-        return out * 1.5 if x0.shape[1] == 1 else out
+    def forward(self, *inputs):
+        out = super().forward(*inputs)
+        return out * 1.5 if inputs[0].shape[1] == 1 else out
+'''
+# a champion that cannot run inside the model at all
+RAISES = '''
+
+class ModelNew(Model):
+    def forward(self, *inputs):
+        raise RuntimeError("not inside a model")
 '''
 FACTORY = '''
 import torch
@@ -114,7 +121,7 @@ def test_extracted_parts_are_problems_the_verifier_accepts_with_the_original(
     profile = profile_phase(target.module, phase, repeats=1)
     instances = find_parts(target.module)
     written = {}
-    for number, name in enumerate(("LlamaMLP", "LlamaRMSNorm"), 1):
+    for number, name in enumerate(("LlamaMLP", "LlamaRMSNorm", "LlamaAttention"), 1):
         part = next(p for p in profile.parts if p.class_name == name)
         extraction = extract_part(part, instances[part.key][0][1], target.module.config,
                                   tmp_path, number, target.description)
@@ -125,10 +132,18 @@ def test_extracted_parts_are_problems_the_verifier_accepts_with_the_original(
     assert "torch.randn(1, x0_dim1, 64" in mlp  # the hidden size is the weights'
     # LlamaRMSNorm keeps no hidden_size to be rebuilt from: saved whole, in the file
     assert "base64.b64decode(SAVED)" in written["LlamaRMSNorm"].read_text()
-    attention = next(p for p in profile.parts if p.class_name == "LlamaAttention")
-    refused = extract_part(attention, instances[attention.key][0][1], target.module.config,
-                           tmp_path, 3, target.description)
-    assert refused.path is None and "keyword arguments" in refused.reason
+    # attention: called with keywords, the rotary tables a tuple, one token axis for all
+    attention = written["LlamaAttention"].read_text()
+    assert "position_embeddings=(position_embeddings_0, position_embeddings_1)" in attention
+    assert "hidden_states_dim1 = 32" in attention and "position_ids_dim1" not in attention
+    assert "return result[0]" in attention  # (output, None): the tensor alone
+    # decode's first call carries a cache object: not replayable from shapes
+    [_, decode] = phases_of(target, tokens=32, batch=1, new_tokens=4)
+    stepping = next(p for p in profile_phase(target.module, decode, repeats=1).parts
+                    if p.class_name == "LlamaAttention")
+    refused = extract_part(stepping, instances[stepping.key][0][1], target.module.config,
+                           tmp_path, 4, target.description)
+    assert refused.path is None and "not replayable" in refused.reason, refused.reason
 
     for name, problem in written.items():
         candidate = tmp_path / f"{name}_candidate.py"
@@ -170,7 +185,8 @@ def test_a_part_wrong_only_inside_the_model_is_dropped_by_the_end_to_end_check(
     class Factory:  # what a run would crown: right on the problem, wrong in the model
         def optimise(self, part: Any, seconds: float) -> Any:
             problem = Path(part.problem)
-            source = _champion(problem, WRONG_AT_ONE_TOKEN)
+            source = _champion(problem, WRONG_AT_ONE_TOKEN if part.class_name == "LlamaMLP"
+                               else RAISES)
             crowned.append(problem.name)
             return SimpleNamespace(run_id=f"run-{len(crowned)}", champion=Candidate(
                 problem.stem, "torch-module", {"model_new.py": source}, "model_new.py"))
@@ -184,8 +200,11 @@ def test_a_part_wrong_only_inside_the_model_is_dropped_by_the_end_to_end_check(
     tried = [p for p in result.parts if p.run_id]
     assert "LlamaMLP" in {p.class_name for p in tried}
     assert sorted(crowned) == sorted(Path(p.problem or "").name for p in tried)
-    for part in tried:  # each is wrong at one token: every one is dropped, and named
-        assert not part.patched and part.note.startswith("dropped: the model with it fails")
+    for part in tried:  # every one is dropped, and named with the reason
+        assert not part.patched, part.class_name
+        assert part.note.startswith("dropped: the model with it fails the end-to-end check"
+                                    if part.class_name == "LlamaMLP" else
+                                    "dropped: the model with it raises RuntimeError"), part.note
     assert result.notes == ["every crowned part failed the end-to-end check"]
     assert not result.timings
 
@@ -258,3 +277,21 @@ def test_a_crowned_part_is_patched_timed_and_its_amdahl_share_predicted(
     assert patched.calls() == 2 and torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
     patched.__exit__(None, None, None)
     assert type(fresh.model.layers[0].mlp).__name__ == "LlamaMLP"
+
+
+def test_a_part_called_with_keywords_runs_where_the_call_has_its_form(
+        llama: Path, tmp_path: Path) -> None:
+    """The attention champion takes prefill's calls; decode's (with a cache) go to the
+    original, and the model stays right."""
+    target = load_target(str(llama))
+    [phase, _] = phases_of(target, tokens=32, batch=1, new_tokens=4)
+    profile = profile_phase(target.module, phase, repeats=1)
+    part = next(p for p in profile.parts if p.class_name == "LlamaAttention")
+    instances = find_parts(target.module)[part.key]
+    problem = extract_part(part, instances[0][1], target.module.config, tmp_path, 1, "t").path
+    assert problem is not None
+    patched = Patched(target.module)
+    patched.add(_champion(problem, "\n\nclass ModelNew(Model):\n    pass\n"), instances)
+    check = check_end_to_end(target, patched, DEFAULT_TOLERANCES)
+    assert check.passed, check.detail
+    assert patched.calls() > 0 and patched.fallbacks() > 0

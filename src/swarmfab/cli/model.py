@@ -173,8 +173,10 @@ def _print(result: Any, out: Path) -> None:
                             f"{timing.speedup.high:.2f}]",
                             f"{predicted:.2f}x" if predicted else "")
         console.print(timings)
-        console.print(f"the crowned parts ran {result.champion_calls} times while timed",
-                      highlight=False)
+        console.print(f"the crowned parts ran {result.champion_calls} times while timed"
+                      + (f"; {result.fallback_calls} calls of another form than the one "
+                         "extracted (a decode step with a cache) ran the original"
+                         if result.fallback_calls else ""), highlight=False)
     for note in result.notes:
         console.print(note, highlight=False)
     stages = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in result.stages.items())

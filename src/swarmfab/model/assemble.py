@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from swarmfab.measure.stats import median_ci, paired_ratio
+from swarmfab.model.calls import flatten, rebuild
 from swarmfab.model.target import Phase, Target
 from swarmfab.records import Estimate
 from swarmfab.workloads import Tolerances
@@ -33,16 +34,30 @@ __all__ = ["EndToEnd", "OperatorPatch", "Patched", "PhaseTiming", "check_end_to_
 
 
 class _Swapped(torch.nn.Module):
-    """A champion in an instance's place: called as the instance was (positionally)."""
+    """A champion in an instance's place. A call of the form the problem file recorded
+    (its ``CALL``) goes to the champion, flattened, and its result is rebuilt; any other
+    (a decode step with a cache object) goes to the original instance."""
 
-    def __init__(self, champion: torch.nn.Module):
+    def __init__(self, champion: torch.nn.Module, original: torch.nn.Module,
+                 call: dict[str, Any] | None):
         super().__init__()
         self.champion = champion
-        self.calls = 0  # shows the champion really runs inside the model
+        self._original = [original]  # a list: not registered as a submodule
+        self.call = call
+        self.calls = 0      # shows the champion really runs inside the model
+        self.fallbacks = 0  # calls of another form, run by the original
 
-    def forward(self, *args: Any) -> Any:
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.call is None:
+            flat = None if kwargs else list(args)
+        else:
+            flat = flatten(self.call, args, kwargs)
+        if flat is None:
+            self.fallbacks += 1
+            return self._original[0](*args, **kwargs)
         self.calls += 1
-        return self.champion(*args)
+        result = self.champion(*flat)
+        return result if self.call is None else rebuild(self.call["output"], result)
 
 
 @dataclass(frozen=True)
@@ -93,7 +108,8 @@ class Patched:
             champion.part.load_state_dict(original.state_dict(), strict=True)
             parent_path, _, name = path.rpartition(".")
             parent = self.model.get_submodule(parent_path) if parent_path else self.model
-            self._swaps.append((parent, name, original, _Swapped(champion)))
+            self._swaps.append((parent, name, original,
+                                _Swapped(champion, original, namespace.get("CALL"))))
 
     def __enter__(self) -> Patched:
         for parent, name, _, swapped in self._swaps:
@@ -112,6 +128,10 @@ class Patched:
 
     def __len__(self) -> int:
         return len(self._swaps) + len(self._operators)
+
+    def fallbacks(self) -> int:
+        """Calls of another form than the one extracted, run by the original parts."""
+        return sum(swapped.fallbacks for *_, swapped in self._swaps)
 
     def calls(self) -> int:
         """The champions' calls so far, over every instance and operator."""

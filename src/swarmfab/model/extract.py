@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from swarmfab.model.calls import call_source, describe, result_source, slots, unflatten
 from swarmfab.model.profile import ArgumentSpec, PartProfile
 from swarmfab.workloads.problem import MIN_SIZE
 
@@ -65,22 +66,34 @@ def extract_part(part: PartProfile, module: torch.nn.Module, config: Any,
         building = _constructor(module, config)
     except ValueError:  # not rebuildable from its attributes: saved whole
         building = _saved(module, path)
-    path.write_text(_source(part, building, described, _free_axes(module, part.args)))
+    call = _call(part)
+    path.write_text(_source(part, building, described, _free_axes(module, part, call), call))
     return Extraction(part.key, path)
+
+
+def _call(part: PartProfile) -> dict[str, Any]:
+    """The part's recorded call as ``calls`` describes it (``CALL`` in the file)."""
+    return {"args": [describe(spec) for spec in part.args],
+            "kwargs": {name: describe(spec) for name, spec in part.kwargs.items()},
+            "output": describe(part.output) if part.output is not None else "tensor"}
 
 
 def _not_replayable(part: PartProfile) -> str:
     if not part.args and not part.kwargs:
         return "never called in the profiled phases"
-    carried = [name for name, spec in part.kwargs.items()
-               if not (spec.kind == "value" and spec.value is None)]
-    if carried:
-        return f"called with keyword arguments ({', '.join(carried)}): not replayable from shapes"
-    others = [spec.type_name for spec in part.args if spec.kind == "other"]
-    if others:
-        return f"called with {', '.join(others)}: not replayable from shapes"
-    if not any(spec.kind == "tensor" for spec in part.args):
+    stateful = [name for name, spec in [*enumerate(part.args), *part.kwargs.items()]
+                if spec.kind == "other"]
+    if stateful:
+        kinds = {spec.type_name for spec in [*part.args, *part.kwargs.values()]
+                 if spec.kind == "other"}
+        return (f"called with {', '.join(sorted(kinds))} ({', '.join(map(str, stateful))}): "
+                "not replayable from shapes")
+    if not slots(part.args, part.kwargs):
         return "called without a tensor"
+    try:
+        result_source(part.output)
+    except ValueError as exc:
+        return str(exc)
     return ""
 
 
@@ -91,8 +104,11 @@ def _constructor(module: torch.nn.Module, config: Any) -> tuple[str, str]:
     if where == "__main__":
         raise ValueError(f"{cls.__name__} is defined in __main__: not importable")
     arguments = []
-    signature = inspect.signature(cls.__init__)
-    for name, parameter in list(signature.parameters.items())[1:]:
+    signature = inspect.signature(inspect.unwrap(cls.__init__))
+    named = list(signature.parameters.items())[1:]
+    if all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for _, p in named) and named:
+        raise ValueError(f"{cls.__name__}'s constructor hides its arguments (a wrapper)")
+    for name, parameter in named:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         if name == "config" and config is not None:
@@ -118,24 +134,44 @@ def _constructor(module: torch.nn.Module, config: Any) -> tuple[str, str]:
     return imports, f"{cls.__name__}({', '.join(arguments)})"
 
 
-def _free_axes(module: torch.nn.Module, args: tuple[ArgumentSpec, ...]
-               ) -> set[tuple[int, int]]:
-    """The (argument, axis) pairs the part takes at other extents (a token or batch axis;
-    not one its weights fix): each tried alone at half as long again, on this instance."""
-    free = set()
-    for position, spec in enumerate(args):
+def _free_axes(module: torch.nn.Module, part: PartProfile, call: dict[str, Any]
+               ) -> dict[tuple[int, int], tuple[int, int]]:
+    """The (input, axis) pairs the part takes at other extents: a token or batch axis,
+    not one its weights fix. Axes of one extent across the inputs (the tokens of the
+    hidden states, the position ids and the rotary tables) are tried together, at half
+    as long again; an axis whose change breaks the call leaves the group, one by one.
+    Returns each free axis with its group's first (whose size they share)."""
+    inputs = [spec for _, spec in slots(part.args, part.kwargs)]
+    groups: dict[int, list[tuple[int, int]]] = {}
+    for index, spec in enumerate(inputs):
         for axis, extent in enumerate(spec.shape):
-            if spec.kind != "tensor" or extent < MIN_SIZE:
-                continue
-            shapes = [list(a.shape) for a in args]
-            shapes[position][axis] = extent + extent // 2
-            try:
-                with torch.no_grad():
-                    module(*[_example(a, shape) for a, shape in zip(args, shapes, strict=True)])
-            except Exception:
-                continue
-            free.add((position, axis))
+            if extent >= MIN_SIZE:
+                groups.setdefault(extent, []).append((index, axis))
+    free: dict[tuple[int, int], tuple[int, int]] = {}
+    for extent, members in groups.items():
+        group = list(members)
+        while group and not _runs(module, call, inputs, set(group), extent):
+            group = next((smaller for smaller in ([m for m in group if m != member]
+                                                  for member in group)
+                          if smaller and _runs(module, call, inputs, set(smaller), extent)),
+                         [])
+        free |= {member: group[0] for member in group}
     return free
+
+
+def _runs(module: torch.nn.Module, call: dict[str, Any], inputs: list[ArgumentSpec],
+          changed: set[tuple[int, int]], extent: int) -> bool:
+    """Whether ``module`` takes the call with the ``changed`` axes at extent * 1.5."""
+    shapes = [[extent + extent // 2 if (index, axis) in changed else size
+               for axis, size in enumerate(spec.shape)] for index, spec in enumerate(inputs)]
+    args, kwargs = unflatten(call, [_example(spec, shape)
+                                    for spec, shape in zip(inputs, shapes, strict=True)])
+    try:
+        with torch.no_grad():
+            module(*args, **kwargs)
+    except Exception:
+        return False
+    return True
 
 
 def _example(spec: ArgumentSpec, shape: list[int]) -> Any:
@@ -150,37 +186,39 @@ def _example(spec: ArgumentSpec, shape: list[int]) -> Any:
 
 
 def _source(part: PartProfile, building: tuple[str, str], described: str,
-            free: set[tuple[int, int]]) -> str:
+            free: dict[tuple[int, int], tuple[int, int]], call: dict[str, Any]) -> str:
     importing, construction = building
+    named = slots(part.args, part.kwargs)
     sizes, inputs, names = [], [], []
-    for position, spec in enumerate(part.args):
-        name = f"x{position}"
-        if spec.kind == "tensor":
-            dims = []
-            for axis, extent in enumerate(spec.shape):
-                if (position, axis) not in free:  # fixed by the part's weights
-                    dims.append(str(extent))
-                    continue
-                size = f"{name}_dim{axis}"
+    for index, (name, spec) in enumerate(named):
+        dims = []
+        for axis, extent in enumerate(spec.shape):
+            if (index, axis) not in free:  # fixed by the part's weights
+                dims.append(str(extent))
+                continue
+            first, first_axis = free[(index, axis)]  # one size for axes that go together
+            size = f"{named[first][0]}_dim{first_axis}"
+            if (first, first_axis) == (index, axis):
                 sizes.append(f"{size} = {extent}")
-                dims.append(size)
-            inputs.append(_tensor(spec, dims))
-        else:
-            inputs.append(repr(spec.value))
+            dims.append(size)
+        inputs.append(_tensor(spec, dims))
         names.append(name)
     header = [f'"""{part.class_name} from {described}: {len(part.paths)} instance(s), '
               f'{part.share:.1%} of the phase profiled.', "",
               "Extracted by `swarmfab model`: the part as the model builds it, called on the",
-              'shapes the profile recorded."""', "import torch", "import torch.nn as nn", ""]
+              "shapes the profile recorded (CALL: the call's form, which the assembled",
+              'model maps its own calls through)."""', "import torch", "import torch.nn as nn",
+              ""]
     body = [
-        importing, "", *sizes, "", "",
+        importing, "", *sizes, f"CALL = {call!r}", "", "",
         "class Model(nn.Module):",
         "    def __init__(self):",
         "        super().__init__()",
         f"        self.part = {construction}",
         "",
         f"    def forward(self, {', '.join(names)}):",
-        f"        return self.part({', '.join(names)})",
+        f"        result = self.part({call_source(part.args, part.kwargs)})",
+        f"        return {result_source(part.output)}",
         "", "",
         "def get_inputs():",
         f"    return [{', '.join(inputs)}]",

@@ -32,15 +32,17 @@ __all__ = ["ArgumentSpec", "OperatorTime", "PartProfile", "PhaseProfile", "find_
 
 @dataclass(frozen=True)
 class ArgumentSpec:
-    """One argument of a part's call as recorded: a tensor's shape and dtype (and, for an
-    integer tensor, one past its largest value), or a plain value."""
+    """One argument (or result) of a part's call as recorded: a tensor's shape and dtype
+    (and, for an integer tensor, one past its largest value), a plain value, a tuple of
+    those (``items``), or something else (its type's name)."""
 
-    kind: str  # "tensor", "value", "other"
+    kind: str  # "tensor", "value", "tuple", "other"
     shape: tuple[int, ...] = ()
     dtype: str = ""
     bound: int = 0
     value: Any = None
     type_name: str = ""
+    items: tuple[ArgumentSpec, ...] = ()
 
     @classmethod
     def of(cls, value: Any) -> ArgumentSpec:
@@ -51,6 +53,9 @@ class ArgumentSpec:
                        bound)
         if value is None or isinstance(value, bool | int | float | str):
             return cls("value", value=value)
+        if isinstance(value, tuple | list) and value and all(
+                v is None or isinstance(v, torch.Tensor) for v in value):
+            return cls("tuple", items=tuple(cls.of(v) for v in value))
         return cls("other", type_name=type(value).__name__)
 
 
@@ -66,6 +71,7 @@ class PartProfile:
     share: float = 0.0
     args: tuple[ArgumentSpec, ...] = ()
     kwargs: dict[str, ArgumentSpec] = field(default_factory=dict)
+    output: ArgumentSpec | None = None  # what the recorded call returned
 
 
 @dataclass(frozen=True)
@@ -142,7 +148,8 @@ def profile_phase(model: torch.nn.Module, phase: Phase, repeats: int = 3,
         for _, module in instances:
             handles.append(module.register_forward_pre_hook(
                 _before(profiles[key], started), with_kwargs=True))
-            handles.append(module.register_forward_hook(_after(key, started, spent)))
+            handles.append(module.register_forward_hook(
+                _after(profiles[key], started, spent)))
     walls = []
     try:
         for _ in range(repeats):
@@ -173,11 +180,14 @@ def _before(profile: PartProfile, started: dict[int, list[float]]) -> Any:
     return hook
 
 
-def _after(key: str, started: dict[int, list[float]], spent: dict[str, float]) -> Any:
+def _after(profile: PartProfile, started: dict[int, list[float]],
+           spent: dict[str, float]) -> Any:
     def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
         stack = started[id(module)]
         if stack:
-            spent[key] += time.perf_counter() - stack.pop()
+            spent[profile.key] += time.perf_counter() - stack.pop()
+        if profile.output is None:
+            profile.output = ArgumentSpec.of(output)
     return hook
 
 

@@ -105,6 +105,7 @@ class Study:
     predicted: dict[str, float] = field(default_factory=dict)  # Amdahl, per phase
     exported: str = ""  # apply.py of the parts that passed (model/export.py)
     champion_calls: int = 0
+    fallback_calls: int = 0  # calls of another form, run by the original parts
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -268,8 +269,13 @@ def _assemble_and_time(result: Study, target: Target, phases: list[Any], out: Pa
     kept = []
     for part in parts:  # each alone first: a part wrong only inside the model is named
         alone = Patched(target.module)
-        install(alone, part)
-        check = check_end_to_end(target, alone, options.tolerances)
+        try:
+            install(alone, part)
+            check = check_end_to_end(target, alone, options.tolerances)
+        except Exception as exc:  # a champion that cannot run inside the model
+            part.note = f"dropped: the model with it raises {type(exc).__name__}: {exc}"
+            log(f"{part.class_name}: {part.note}")
+            continue
         if check.passed:
             kept.append(part)
         else:
@@ -297,10 +303,11 @@ def _assemble_and_time(result: Study, target: Target, phases: list[Any], out: Pa
     } for index, part in enumerate(kept)]))
     log(f"the parts that passed, with apply(model): {result.exported}")
     result.predicted = amdahl(result.profiles, result.parts)
-    before = patched.calls()
+    before, others = patched.calls(), patched.fallbacks()
     for phase in phases:
         timing = time_side_by_side(target.module, phase, patched, options.rounds)
         result.timings.append(timing)
         log(f"{phase.label}: {timing.speedup.median:.2f}x "
             f"[{timing.speedup.low:.2f}, {timing.speedup.high:.2f}]")
     result.champion_calls = patched.calls() - before
+    result.fallback_calls = patched.fallbacks() - others
