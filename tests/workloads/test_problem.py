@@ -273,7 +273,8 @@ def test_the_gemm_library_starts_from_the_one_faster_here(
         assert design_space(str(problem_file)).default()["gemm"] == default
     x, weight = torch.ones(64, 32), torch.ones(16, 32)
     assert onednn_clearly_faster(x, weight, lambda x, w: x, rounds=3)  # no work at all
-    assert not onednn_clearly_faster(x, weight, lambda x, w: time.sleep(0.005), rounds=3)
+    # ten times a loaded host's stall of a tiny F.linear (one CI run read 5 ms as faster)
+    assert not onednn_clearly_faster(x, weight, lambda x, w: time.sleep(0.05), rounds=5)
 
 
 @pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")
