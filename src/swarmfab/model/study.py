@@ -50,6 +50,8 @@ Log = Callable[[str], None]
 MIN_PART_S = 60.0  # a part's run: setup, a few evaluations, the closing table
 MIN_SHARE = 0.02   # a part under this share of the time is not worth a run
 COMPILE_S = 15.0   # a crowned part's first call in the model (a compile), per instance
+MIN_ROUNDS = 3     # fewer rounds give no interval worth printing
+PACKAGE_S = 10.0   # a workload's champion exported and built as a package
 DEFAULT_TOLERANCES = Tolerances(rms_ratio=1e-4, max_abs_ratio=1e-3)  # float32
 
 
@@ -169,7 +171,7 @@ def study(target: Target, options: Options, out: Path, factory: Factory, log: Lo
 
     stage = time.monotonic()
     _assemble_and_time(result, target, phases, out, instances, crowned, factory, options,
-                       log)
+                       log, deadline)
     result.stages["assemble, check, time"] = time.monotonic() - stage
     return result
 
@@ -185,7 +187,9 @@ def _closing_estimate(profiles: list[PhaseProfile], chosen: list[PartOutcome],
     """Seconds the closing stage needs: the champions' compiles, the end-to-end check,
     and every phase run 2 x rounds + 4 times (warm-ups, the check's own)."""
     runs = sum(profile.seconds for profile in profiles) * (2 * options.rounds + 4)
-    return COMPILE_S * sum(part.instances for part in chosen) + 1.2 * runs
+    builds = sum(PACKAGE_S if part.workload else COMPILE_S * part.instances
+                 for part in chosen)
+    return builds + 1.2 * runs
 
 
 def _optimise(chosen: list[PartOutcome], until: float, factory: Factory, log: Log
@@ -249,7 +253,7 @@ def amdahl(profiles: list[PhaseProfile], parts: list[PartOutcome]) -> dict[str, 
 def _assemble_and_time(result: Study, target: Target, phases: list[Any], out: Path,
                        instances: dict[str, list[tuple[str, torch.nn.Module]]],
                        crowned: dict[str, Candidate], factory: Factory, options: Options,
-                       log: Log) -> None:
+                       log: Log, deadline: float) -> None:
     parts = [part for part in result.parts if part.key in crowned]
     if not parts:
         result.notes.append("no part was crowned: the model stays as it was")
@@ -304,8 +308,15 @@ def _assemble_and_time(result: Study, target: Target, phases: list[Any], out: Pa
     log(f"the parts that passed, with apply(model): {result.exported}")
     result.predicted = amdahl(result.profiles, result.parts)
     before, others = patched.calls(), patched.fallbacks()
+    # as many rounds as the budget still holds (each round runs every phase twice)
+    per_round = 2 * sum(profile.seconds for profile in result.profiles)
+    rounds = max(MIN_ROUNDS, min(options.rounds, int(
+        (deadline - time.monotonic()) / per_round) - 1 if per_round else options.rounds))
+    if rounds < options.rounds:
+        result.notes.append(f"timed in {rounds} rounds, not {options.rounds}: the budget "
+                            "left no more")
     for phase in phases:
-        timing = time_side_by_side(target.module, phase, patched, options.rounds)
+        timing = time_side_by_side(target.module, phase, patched, rounds)
         result.timings.append(timing)
         log(f"{phase.label}: {timing.speedup.median:.2f}x "
             f"[{timing.speedup.low:.2f}, {timing.speedup.high:.2f}]")
