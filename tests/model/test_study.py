@@ -32,6 +32,7 @@ from swarmfab.model import (
 from swarmfab.model.assemble import time_side_by_side
 from swarmfab.model.study import DEFAULT_TOLERANCES
 from swarmfab.records import Candidate
+from swarmfab.report.model_report import write_model_report
 
 transformers = pytest.importorskip("transformers")
 
@@ -261,6 +262,15 @@ def test_a_crowned_part_is_patched_timed_and_its_amdahl_share_predicted(
         share = sum(p.share for p in profile.parts if p.class_name == "LlamaMLP")
         assert result.predicted[profile.phase] == pytest.approx(1 / (1 - share / 2))
     assert set(result.stages) == {"profile", "extract", "optimise", "assemble, check, time"}
+    # profiled again, patched: the swapped MLPs are where the MLPs were
+    assert [profile.phase for profile in result.after] == ["prefill", "decode"]
+    assert "Crowned" in {part.class_name for part in result.after[0].parts}
+    # the answer as a page: the figures, the parts, the chart of where the time goes
+    page = write_model_report(json.loads(json.dumps(result.to_dict(), default=str)),
+                              tmp_path / "report.html").read_text()
+    assert "<svg" in page and "LlamaMLP" in page and "patched into the model" in page
+    speedup = result.timings[0].speedup
+    assert f"{speedup.median:.2f}x [{speedup.low:.2f}, {speedup.high:.2f}]" in page
     # written out: apply(model) on a freshly loaded model puts the same parts in place
     applying = Path(result.exported)
     assert applying.name == "apply.py" and (applying.parent / "parts.json").is_file()

@@ -79,11 +79,25 @@ def model(
     loaded = load_target(target)
     log(f"target: {loaded.description}")
     result = study(loaded, options, out, factory, log, started)
-    (out / "study.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    written = json.loads(json.dumps(result.to_dict(), default=str))
+    (out / "study.json").write_text(json.dumps(written, indent=2))
+    _html(written, out / "report.html", log)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
         return
     _print(result, out)
+
+
+def _html(study: dict[str, Any], out: Path, log: Callable[[str], None]) -> None:
+    """The HTML report beside study.json, where the report extra is installed."""
+    from swarmfab.errors import MissingExtraError
+
+    try:
+        from swarmfab.report.model_report import write_model_report
+    except MissingExtraError as exc:
+        log(f"no HTML report: {exc}")
+        return
+    log(f"report: {write_model_report(study, out)}")
 
 
 class _Factory:
@@ -173,6 +187,11 @@ def _print(result: Any, out: Path) -> None:
                             f"{timing.speedup.high:.2f}]",
                             f"{predicted:.2f}x" if predicted else "")
         console.print(timings)
+        for profile in result.after:
+            shares = ", ".join(f"{part.class_name} {part.share:.0%}"
+                               for part in profile.parts[:5])
+            console.print(f"the patched model, {profile.label}: {profile.seconds * 1e3:.1f} "
+                          f"ms a run; {shares}", highlight=False)
         console.print(f"the crowned parts ran {result.champion_calls} times while timed"
                       + (f"; {result.fallback_calls} calls of another form than the one "
                          "extracted (a decode step with a cache) ran the original"

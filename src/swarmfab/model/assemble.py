@@ -33,10 +33,10 @@ __all__ = ["EndToEnd", "OperatorPatch", "Patched", "PhaseTiming", "check_end_to_
            "time_side_by_side"]
 
 
-class _Swapped(torch.nn.Module):
-    """A champion in an instance's place. A call of the form the problem file recorded
-    (its ``CALL``) goes to the champion, flattened, and its result is rebuilt; any other
-    (a decode step with a cache object) goes to the original instance."""
+class Crowned(torch.nn.Module):
+    """A crowned part: its champion in an instance's place. A call of the form the
+    problem file recorded (its ``CALL``) goes to the champion, flattened, and its result
+    is rebuilt; any other (a decode step with a cache object) goes to the original."""
 
     def __init__(self, champion: torch.nn.Module, original: torch.nn.Module,
                  call: dict[str, Any] | None):
@@ -85,7 +85,7 @@ class Patched:
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
-        self._swaps: list[tuple[torch.nn.Module, str, torch.nn.Module, _Swapped]] = []
+        self._swaps: list[tuple[torch.nn.Module, str, torch.nn.Module, Crowned]] = []
         self._operators: list[OperatorPatch] = []
         self.active = False
 
@@ -109,7 +109,7 @@ class Patched:
             parent_path, _, name = path.rpartition(".")
             parent = self.model.get_submodule(parent_path) if parent_path else self.model
             self._swaps.append((parent, name, original,
-                                _Swapped(champion, original, namespace.get("CALL"))))
+                                Crowned(champion, original, namespace.get("CALL"))))
 
     def __enter__(self) -> Patched:
         for parent, name, _, swapped in self._swaps:

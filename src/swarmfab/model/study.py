@@ -105,6 +105,7 @@ class Study:
     end_to_end: EndToEnd | None = None
     timings: list[PhaseTiming] = field(default_factory=list)
     predicted: dict[str, float] = field(default_factory=dict)  # Amdahl, per phase
+    after: list[PhaseProfile] = field(default_factory=list)  # the patched model's profile
     exported: str = ""  # apply.py of the parts that passed (model/export.py)
     champion_calls: int = 0
     fallback_calls: int = 0  # calls of another form, run by the original parts
@@ -185,8 +186,9 @@ def _recorded(profiles: list[PhaseProfile], key: str) -> Any:
 def _closing_estimate(profiles: list[PhaseProfile], chosen: list[PartOutcome],
                       options: Options) -> float:
     """Seconds the closing stage needs: the champions' compiles, the end-to-end check,
-    and every phase run 2 x rounds + 4 times (warm-ups, the check's own)."""
-    runs = sum(profile.seconds for profile in profiles) * (2 * options.rounds + 4)
+    and every phase run 2 x rounds + 7 times (warm-ups, the check's own, the patched
+    model's profile)."""
+    runs = sum(profile.seconds for profile in profiles) * (2 * options.rounds + 7)
     builds = sum(PACKAGE_S if part.workload else COMPILE_S * part.instances
                  for part in chosen)
     return builds + 1.2 * runs
@@ -322,3 +324,5 @@ def _assemble_and_time(result: Study, target: Target, phases: list[Any], out: Pa
             f"[{timing.speedup.low:.2f}, {timing.speedup.high:.2f}]")
     result.champion_calls = patched.calls() - before
     result.fallback_calls = patched.fallbacks() - others
+    with patched:  # where the time goes now: the crowned parts run, and take less
+        result.after = [profile_phase(target.module, phase, repeats=1) for phase in phases]
