@@ -49,8 +49,7 @@ KDA_CALLS = ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention")
 
 def _default_champion(directory: Path) -> Path:
     """The per-token recurrence at its default knobs, as an exported package would hold it."""
-    from swarmfab.report.export import init_source
-    from swarmfab.report.wheel import build_library
+    from swarmfab.report.export import write_package
     from swarmfab.workloads import design_space
 
     class Run:
@@ -59,11 +58,7 @@ def _default_champion(directory: Path) -> Path:
     space = design_space("kda")
     champion = space.instantiate({**space.default(), "algorithm": "recurrent"},
                                  threads=torch.get_num_threads())
-    package = directory / "kda_champion"
-    package.mkdir(parents=True)
-    (package / champion.entry).write_text(champion.sources[champion.entry])
-    (package / "__init__.py").write_text(init_source("kda_champion", Run(), champion, []))
-    build_library(package, champion)
+    write_package(directory / "kda_champion", Run(), champion)
     return directory
 
 

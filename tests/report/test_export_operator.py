@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from swarmfab.report.export import _pyproject, init_source
-from swarmfab.report.wheel import SETUP_PY, build_library, build_wheel
+from swarmfab.report.export import _pyproject, write_package
+from swarmfab.report.wheel import SETUP_PY, build_wheel
 from swarmfab.workloads import design_space
 
 pytestmark = [pytest.mark.slow,
@@ -77,11 +77,7 @@ def test_the_exported_wheel_runs_as_an_operator_without_a_compiler(tmp_path: Pat
     space = design_space("kda")
     champion = space.instantiate(space.default(), threads=1)
     project = tmp_path / "export"
-    package = project / "kda_champion"
-    package.mkdir(parents=True)
-    (package / champion.entry).write_text(champion.sources[champion.entry])
-    (package / "__init__.py").write_text(init_source("kda_champion", _Run(), champion, []))
-    build_library(package, champion)
+    write_package(project / "kda_champion", _Run(), champion)
     (project / "pyproject.toml").write_text(_pyproject("kda_champion", "kda"))
     (project / "setup.py").write_text(SETUP_PY)
     wheel = build_wheel(project)

@@ -79,11 +79,11 @@ def model(
     loaded = load_target(target)
     log(f"target: {loaded.description}")
     result = study(loaded, options, out, factory, log, started)
-    written = json.loads(json.dumps(result.to_dict(), default=str))
-    (out / "study.json").write_text(json.dumps(written, indent=2))
-    _html(written, out / "report.html", log)
+    text = json.dumps(result.to_dict(), indent=2, default=str)
+    (out / "study.json").write_text(text)
+    _html(json.loads(text), out / "report.html", log)
     if as_json:
-        print(json.dumps(result.to_dict(), indent=2, default=str))
+        print(text)
         return
     _print(result, out)
 
@@ -129,16 +129,11 @@ class _Factory:
         import importlib
 
         from swarmfab.model.assemble import OperatorPatch
-        from swarmfab.report.export import init_source
-        from swarmfab.report.wheel import build_library
+        from swarmfab.report.export import write_package
 
         name = f"{part.workload}_champion_{champion.id[:12]}"
-        package = self.packages / name
-        package.mkdir(parents=True, exist_ok=True)
-        (package / champion.entry).write_text(champion.sources[champion.entry])
-        run = SimpleNamespace(workload=part.workload, id=part.run_id)
-        (package / "__init__.py").write_text(init_source(name, run, champion, []))
-        build_library(package, champion)
+        write_package(self.packages / name, SimpleNamespace(
+            workload=part.workload, id=part.run_id), champion)
         if str(self.packages) not in sys.path:
             sys.path.insert(0, str(self.packages))
         return OperatorPatch.of(importlib.import_module(name))

@@ -74,11 +74,13 @@ def base_cache(cache_dir: Path, cores: tuple[int, ...] = (), user: str = "") -> 
     built with (two environments with the same torch version would not share them); and
     one per job ``user`` (default: this process's), whose name Inductor writes into its
     headers (a root parent's jobs dropped to nobody look for nobody's)."""
-    user = user or getpass.getuser()
+    own = getpass.getuser()
+    user = user or own
     machine = re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{platform.machine()}-{_cpu_model()}")
     where = hashlib.sha256(str(Path(torch.__file__).resolve().parent).encode()).hexdigest()
-    name = (f"torch-{torch.__version__}-{machine}-{where[:10]}-{_LAYOUT}"
-            + ("" if user == getpass.getuser() else f"-for-{re.sub(r'[^A-Za-z0-9_]', '_', user)}"))
+    name = f"torch-{torch.__version__}-{machine}-{where[:10]}-{_LAYOUT}"
+    if user != own:
+        name += f"-for-{re.sub(r'[^A-Za-z0-9_]', '_', user)}"
     places = [user_cache("inductor-base") / name,
               cache_dir.resolve() / "inductor-base" / name]
     with _lock:

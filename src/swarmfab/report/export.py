@@ -25,7 +25,7 @@ from swarmfab.records import Candidate, Verdict
 from swarmfab.report.run_view import LineageStep, load_run_view
 from swarmfab.report.wheel import SETUP_PY, build_library, build_wheel
 
-__all__ = ["export_champion"]
+__all__ = ["export_champion", "write_package"]
 
 # what -march=native may use from the verifying host, and code written for it may need
 _VECTOR_FEATURES = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl",
@@ -56,8 +56,6 @@ def export_champion(store: Store, run_id: str | None, out: Path, name: str | Non
     battery = _battery(store, run.id, champion.id)
     target = out / package
     target.mkdir(parents=True, exist_ok=True)
-    for rel, text in champion.sources.items():
-        (target / rel).write_text(text)
     required = _required_features(str(run.host.get("isa", "")))
     view = load_run_view(store, run.id)
     provenance = {
@@ -79,8 +77,7 @@ def export_champion(store: Store, run_id: str | None, out: Path, name: str | Non
     for directory in (out, target):
         (directory / "provenance.json").write_text(text)
         (directory / "VERIFICATION.md").write_text(evidence)
-    (target / "__init__.py").write_text(init_source(package, run, champion, required))
-    build_library(target, champion)  # with the verified flags: no compiler where it serves
+    write_package(target, run, champion, required)
     (out / "pyproject.toml").write_text(_pyproject(package, run.workload))
     (out / "setup.py").write_text(SETUP_PY)
     (out / "README.md").write_text(
@@ -129,6 +126,21 @@ def _export_module(store: Store, run: Any, champion: Candidate, out: Path) -> Pa
 def _required_features(isa: str) -> list[str]:
     present = set(isa.split())
     return [feature for feature in _VECTOR_FEATURES if feature in present]
+
+
+def write_package(target: Path, run: Any, champion: Candidate,
+                  required: list[str] | None = None) -> Path:
+    """A C champion as an importable package in ``target`` (its name the package's): its
+    sources, ``__init__.py`` (:func:`init_source`; ``run`` needs ``workload`` and ``id``)
+    and its library, built with the flags it was verified with, so no compiler is needed
+    where it serves."""
+    target.mkdir(parents=True, exist_ok=True)
+    for rel, text in champion.sources.items():
+        (target / rel).write_text(text)
+    (target / "__init__.py").write_text(init_source(target.name, run, champion,
+                                                    required or []))
+    build_library(target, champion)
+    return target
 
 
 def init_source(package: str, run: Any, champion: Candidate, required: list[str]) -> str:
