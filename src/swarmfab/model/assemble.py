@@ -27,6 +27,7 @@ from swarmfab.measure.stats import median_ci, paired_ratio
 from swarmfab.model.calls import flatten, rebuild
 from swarmfab.model.target import Phase, Target
 from swarmfab.records import Estimate
+from swarmfab.verify import compare_outputs
 from swarmfab.workloads import Tolerances
 
 __all__ = ["EndToEnd", "OperatorPatch", "Patched", "PhaseTiming", "check_end_to_end",
@@ -151,14 +152,15 @@ class EndToEnd:
     detail: str
 
 
-def _ratios(got: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
-    got, expected = got.double(), expected.double()
-    if not torch.isfinite(got).all():
+def _ratios(got: torch.Tensor, expected: torch.Tensor, tolerances: Tolerances
+            ) -> tuple[float, float]:
+    """The verifier's two error ratios of the patched model's output against the
+    original's (infinite where it is not a finite tensor of that shape and dtype)."""
+    [check] = compare_outputs("end to end", {"out": got}, {"out": expected.double()},
+                              tolerances, {"out": expected.dtype})
+    if check.rms_ratio is None or check.max_abs_ratio is None:
         return math.inf, math.inf
-    error = got - expected
-    scale = expected.pow(2).mean().sqrt().item() or 1.0
-    peak = expected.abs().max().item() or 1.0
-    return error.pow(2).mean().sqrt().item() / scale, error.abs().max().item() / peak
+    return check.rms_ratio, check.max_abs_ratio
 
 
 def check_end_to_end(target: Target, patched: Patched, tolerances: Tolerances, *,
@@ -183,7 +185,7 @@ def check_end_to_end(target: Target, patched: Patched, tolerances: Tolerances, *
             expected = _tensor_of(call())
             with patched:
                 got = _tensor_of(call())
-            rms, peak = _ratios(got, expected)
+            rms, peak = _ratios(got, expected, tolerances)
             worst_rms, worst_abs = max(worst_rms, rms), max(worst_abs, peak)
         if target.causal_lm:
             prompt = torch.randint(min(3, target.vocab_size - 1), target.vocab_size,
@@ -198,7 +200,7 @@ def check_end_to_end(target: Target, patched: Patched, tolerances: Tolerances, *
             same_tokens = bool(torch.equal(expected.sequences, got.sequences))
             # every decode step's logits too: a part wrong only one token at a time
             for step_expected, step_got in zip(expected.logits, got.logits, strict=False):
-                rms, peak = _ratios(step_got, step_expected)
+                rms, peak = _ratios(step_got, step_expected, tolerances)
                 worst_rms, worst_abs = max(worst_rms, rms), max(worst_abs, peak)
     within = worst_rms <= tolerances.rms_ratio and worst_abs <= tolerances.max_abs_ratio
     passed = within and same_tokens
