@@ -88,7 +88,6 @@ class Patched:
         self.model = model
         self._swaps: list[tuple[torch.nn.Module, str, torch.nn.Module, Crowned]] = []
         self._operators: list[OperatorPatch] = []
-        self.active = False
 
     def add_operator(self, operator: OperatorPatch) -> None:
         self._operators.append(operator)
@@ -117,7 +116,6 @@ class Patched:
             setattr(parent, name, swapped)
         for operator in self._operators:
             operator.patch()
-        self.active = True
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -125,7 +123,6 @@ class Patched:
             setattr(parent, name, original)
         for operator in self._operators:
             operator.unpatch()
-        self.active = False
 
     def __len__(self) -> int:
         return len(self._swaps) + len(self._operators)

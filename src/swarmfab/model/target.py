@@ -14,7 +14,7 @@ import importlib.util
 import json
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,6 @@ class Target:
     causal_lm: bool
     example: tuple[Any, ...] = ()  # a factory's inputs
     vocab_size: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def load_target(spec: str) -> Target:
