@@ -3,7 +3,19 @@
 Per request: TTFT (first streamed token), ITL (gaps between streamed chunks), E2EL (whole
 request) and TPOT = (E2EL - TTFT) / (output tokens - 1). Over the run: mean, median, std
 and chosen percentiles of each in milliseconds (``mean_ttft_ms``, ``p99_itl_ms``...),
-request and token throughput, and goodput (requests per second meeting every SLO).
+request and token throughput, goodput (requests per second meeting every SLO) and
+attainment (the share of the requests sent that met every SLO).
+
+Goodput counts what a user got, so the known ways to inflate it count against it:
+
+- cut short: a request is good only if it streamed every token it asked for (EOS is
+  ignored, so an engine that stops early has dropped work), as the usage reports it;
+- dropped: a request refused or failed is sent but not good (attainment's denominator
+  is every request sent);
+- delayed: with arrivals at a rate (an open loop), a request's clock starts at its
+  arrival, so time waiting for a free connection counts in its TTFT and latency (a
+  closed loop sends when a slot frees, and counts from then, as vLLM's does).
+
 Arrivals: all at once (rate ``inf``) or gamma-distributed gaps (shape = burstiness,
 1 = Poisson) rescaled so the run lasts N / rate seconds; ``max_concurrency`` closes the
 loop. Prompts are random token ids, so no dataset is needed: of a set length, or, with
@@ -66,12 +78,18 @@ class RequestRecord:
 
     prompt_len: int
     success: bool = False
+    asked_tokens: int = 0  # max_tokens sent (EOS ignored: the tokens owed)
     output_tokens: int = 0
     ttft: float = 0.0
     latency: float = 0.0
     itl: list[float] = field(default_factory=list)
     text: str = ""
     error: str = ""
+
+    @property
+    def cut_short(self) -> bool:
+        """It streamed fewer tokens than it asked for (0 asked: unknown, not cut)."""
+        return self.output_tokens < self.asked_tokens
 
     @property
     def tpot(self) -> float | None:
@@ -157,15 +175,18 @@ def arrival_gaps(count: int, rate: float, burstiness: float, seed: int) -> list[
     return list(gaps * (count / rate) / gaps.sum())
 
 
-async def _one(client: httpx.AsyncClient, model: str, prompt: Prompt, max_tokens: int
-               ) -> RequestRecord:
+async def _one(client: httpx.AsyncClient, model: str, prompt: Prompt, max_tokens: int,
+               arrived: float | None = None) -> RequestRecord:
+    """One streamed request; its clock starts at ``arrived`` (perf_counter) if given,
+    else now."""
     import httpx  # run_load has imported it (or said which extra brings it)
 
-    record = RequestRecord(prompt_len=len(prompt))  # a text's tokens come with the usage
+    # a text's tokens come with the usage
+    record = RequestRecord(prompt_len=len(prompt), asked_tokens=max_tokens)
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens,
             "temperature": 0.0, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}
-    start = last = time.perf_counter()
+    start = last = time.perf_counter() if arrived is None else arrived
     try:
         async with client.stream("POST", "/v1/completions", json=body) as response:
             if response.status_code != 200:
@@ -218,9 +239,12 @@ async def run_load(spec: LoadSpec) -> dict[str, Any]:
             await _one(client, model, prompt, max_tokens)
         gate = asyncio.Semaphore(spec.max_concurrency or len(requests))
 
+        open_loop = not math.isinf(spec.request_rate)
+
         async def limited(request: tuple[Prompt, int]) -> RequestRecord:
+            arrived = time.perf_counter() if open_loop else None  # see the docstring
             async with gate:
-                return await _one(client, model, *request)
+                return await _one(client, model, *request, arrived=arrived)
 
         tasks = []
         start = time.perf_counter()
@@ -258,6 +282,7 @@ def summarise(records: Sequence[RequestRecord], duration: float,
         "total_output_tokens": total_out,
         "request_throughput": len(done) / duration,
         "request_goodput": _good(done, goodput or {}) / duration if goodput else None,
+        "attainment": _good(done, goodput or {}) / len(records) if records else 0.0,
         "output_throughput": total_out / duration,
         "total_token_throughput": (total_in + total_out) / duration,
     }
@@ -276,8 +301,10 @@ def summarise(records: Sequence[RequestRecord], duration: float,
 
 
 def _good(records: Sequence[RequestRecord], slos: dict[str, float]) -> int:
-    """Requests meeting every SLO (ms): ttft, tpot, e2el."""
+    """Requests served whole and meeting every SLO (ms): ttft, tpot, e2el."""
     def meets(record: RequestRecord) -> bool:
+        if not record.success or record.cut_short:
+            return False
         seen = {"ttft": record.ttft, "tpot": record.tpot or 0.0, "e2el": record.latency}
         return all(seen[name] * 1000.0 <= limit for name, limit in slos.items())
     return sum(1 for record in records if meets(record))
