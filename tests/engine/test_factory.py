@@ -29,6 +29,7 @@ from swarmfab.report.export import export_champion
 from swarmfab.report.html import write_report
 from swarmfab.report.run_view import load_run_view
 from swarmfab.report.serving_view import ServingPoint, pareto_front
+from swarmfab.serving.engines import get_engine
 from swarmfab.serving.evaluate import (
     Comparison,
     EngineProcess,
@@ -289,7 +290,8 @@ def test_without_time_for_a_closing_the_crown_over_the_default_is_the_gain(
     default = space.instantiate(space.default(), threads=goal.threads, agent="default")
     champion = space.instantiate({**space.default(), "block_size": 8}, threads=goal.threads)
     lines: list[str] = []
-    search = _Search(goal, store, run_id, tmp_path / "no-model", tmp_path, _Budget(
+    search = _Search(goal, get_engine("swarmfab"), store, run_id, tmp_path / "no-model",
+                     tmp_path, _Budget(
         0.0, time.monotonic()), lines.append, "label")
     search.incumbent = EngineProcess(tmp_path, tmp_path / "recipe.json", tmp_path / "log")
     search.closing_s = 60.0   # more than the budget has left: no new processes start
@@ -504,7 +506,8 @@ def test_an_engine_that_runs_out_of_memory_or_dies_under_load_is_a_contained_ver
                              host_record(goal.threads, "c"))
     space = engine_space(goal.threads)
     default = space.instantiate(space.default(), threads=goal.threads, agent="default")
-    search = _Search(goal, store, run_id, tiny_model, tmp_path, _Budget(
+    search = _Search(goal, get_engine("swarmfab"), store, run_id, tiny_model, tmp_path,
+                     _Budget(
         goal.budget_s, time.monotonic()), lambda line: None, "label")
     started: list[EngineProcess] = []
     make_process = search._process
@@ -516,7 +519,7 @@ def test_an_engine_that_runs_out_of_memory_or_dies_under_load_is_a_contained_ver
     search._process = recorded  # type: ignore[method-assign]
     try:
         search.incumbent = search._process(default).start(120)
-        prompts = verify_prompts(goal, _vocab(search.incumbent.url))
+        prompts = verify_prompts(goal, _vocab(tiny_model))
         reference = greedy_tokens(search.incumbent.url, prompts, goal.verify_tokens)
 
         huge = Recipe({"kv_cache_mb": 1 << 30})  # a pool of a petabyte

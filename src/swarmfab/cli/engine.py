@@ -93,6 +93,9 @@ def _finish(goal: Any, run: Callable[[], Any], fail_if_no_champion: bool,
     gain = result.gain
     shown = "" if gain is None else (f", {goal.metric} x{gain.median:.2f} "
                                      f"[{gain.low:.2f}, {gain.high:.2f}] over the default")
+    serves = ("`swarmfab serve MODEL --recipe DIR/engine_recipe` serves with it"
+              if goal.engine == "swarmfab" else
+              f"`DIR/engine_recipe/serve.sh MODEL` runs {goal.engine} with it")
     console.print(f"run {result.run_id}: champion {result.champion_id}{shown}; "
                   f"`swarmfab export {result.run_id} --out DIR` writes its recipe, "
-                  "`swarmfab serve MODEL --recipe DIR` serves with it", highlight=False)
+                  f"{serves}", highlight=False)

@@ -1,8 +1,11 @@
-"""Random-weight Kimi Linear checkpoints, made offline (tests, benchmarks, demos).
+"""Random-weight checkpoints, made offline (tests, benchmarks, demos).
 
-Two sizes: ``tiny`` (4 layers, hidden 128, 1.3M parameters; Python overhead dominates
-its steps) and ``small`` (12 layers, hidden 768, 8 experts, 153M parameters; the
-matmuls and the delta rule dominate, so kernels matter). The weights come from
+Kimi Linear in two sizes: ``tiny`` (4 layers, hidden 128, 1.3M parameters; Python
+overhead dominates its steps) and ``small`` (12 layers, hidden 768, 8 experts, 153M
+parameters; the matmuls and the delta rule dominate, so kernels matter). And a
+Llama-style dense decoder (grouped-query attention, SwiGLU, RMSNorm), the family other
+engines serve (vLLM on CPU refuses Kimi Linear): ``llama-tiny`` (2 layers, hidden 128)
+and ``llama-small`` (8 layers, hidden 512, 27M parameters). The weights come from
 ``transformers``' ``AutoModelForCausalLM.from_config`` with a fixed seed, written by
 ``save_pretrained`` (Moonshot's tensor names). The tokenizer is a byte-level BPE
 (``tokenizers``) trained here on a generated word list to exactly the model's vocabulary:
@@ -41,7 +44,15 @@ SMALL_CONFIG: dict[str, Any] = {
                            "full_attn_layers": [4, 8, 12], "head_dim": 64, "num_heads": 12,
                            "short_conv_kernel_size": 4},
 }
-CHECKPOINTS = {"tiny": TINY_CONFIG, "small": SMALL_CONFIG}
+_LLAMA = {"num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 4096,
+          "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "pad_token_id": 0,
+          "bos_token_id": 1, "eos_token_id": 2, "model_type": "llama"}
+LLAMA_TINY_CONFIG: dict[str, Any] = {**_LLAMA, "vocab_size": 512, "hidden_size": 128,
+                                     "intermediate_size": 352, "num_hidden_layers": 2}
+LLAMA_SMALL_CONFIG: dict[str, Any] = {**_LLAMA, "vocab_size": 2048, "hidden_size": 512,
+                                      "intermediate_size": 1408, "num_hidden_layers": 8}
+CHECKPOINTS = {"tiny": TINY_CONFIG, "small": SMALL_CONFIG, "llama-tiny": LLAMA_TINY_CONFIG,
+               "llama-small": LLAMA_SMALL_CONFIG}
 _SPECIALS = ["<pad>", "<s>", "</s>"]
 
 
@@ -76,19 +87,22 @@ def make_tiny_checkpoint(directory: Path, seed: int = 0) -> Path:
 
 
 def make_checkpoint(directory: Path, size: str = "tiny", seed: int = 0) -> Path:
-    """Write config.json, model.safetensors, tokenizer.json and tokenizer_config.json."""
+    """Write config.json, model.safetensors, tokenizer.json and tokenizer_config.json
+    (written last: its presence says the checkpoint is whole)."""
     if size not in CHECKPOINTS:
         raise EngineError(f"no checkpoint size {size!r}; choose from {sorted(CHECKPOINTS)}")
-    config = CHECKPOINTS[size]
+    config = dict(CHECKPOINTS[size])
     try:
         import torch
-        from transformers import AutoModelForCausalLM, KimiLinearConfig
+        from transformers import AutoConfig, AutoModelForCausalLM, KimiLinearConfig
     except ImportError as exc:
         raise EngineError("making the tiny checkpoint needs transformers>=5.19: "
                           "pip install 'swarmfab[engine]'") from exc
     directory.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(KimiLinearConfig(**config)).eval()
+    family = config.pop("model_type", None)
+    made = AutoConfig.for_model(family, **config) if family else KimiLinearConfig(**config)
+    model = AutoModelForCausalLM.from_config(made).eval()
     model.save_pretrained(str(directory))
     tokenizer = _tokenizer(int(config["vocab_size"]), seed)
     tokenizer.save(str(directory / "tokenizer.json"))

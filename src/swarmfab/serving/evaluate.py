@@ -24,13 +24,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import math
 import os
 import signal
 import socket
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +40,9 @@ from swarmfab.engine.loadgen import LoadSpec, random_prompts, run_load
 from swarmfab.errors import import_extra
 from swarmfab.measure.stats import median_ci, paired_ratio
 from swarmfab.records import CheckResult, Estimate, ShapeTiming, Status, Verdict
-from swarmfab.serving.goal import EngineGoal
+from swarmfab.serving.engines import EngineAdapter, get_engine
+from swarmfab.serving.goal import EngineGoal, Traffic
+from swarmfab.serving.max_rate import sustained_rate
 
 __all__ = ["EngineProcess", "EngineStartError", "LoadRound", "compare", "greedy_tokens",
            "load_once", "measured", "metric_of", "objective_check", "objective_gate",
@@ -74,22 +76,29 @@ def _free_port() -> int:
 
 
 class EngineProcess:
-    """``swarmfab serve`` of one recipe, in its own session; a context manager."""
+    """A server of one recipe (``engine``'s launch of it; swarmfab's own engine by
+    default), in its own session on a free loopback port; a context manager."""
 
-    def __init__(self, model_dir: Path, recipe_file: Path, log_file: Path):
+    def __init__(self, model_dir: Path, recipe_file: Path, log_file: Path, *,
+                 engine: EngineAdapter | None = None, goal: EngineGoal | None = None):
         self.model_dir = model_dir
         self.recipe_file = recipe_file
         self.log_file = log_file
+        self.engine = engine or get_engine("swarmfab")
+        self.goal = goal
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float) -> EngineProcess:
-        command = [sys.executable, "-m", "swarmfab", "serve", str(self.model_dir),
-                   "--port", str(self.port), "--recipe", str(self.recipe_file)]
-        env = {**os.environ, "SWARMFAB_API_KEY": ""}
+        launch = self.engine.launch(self.model_dir, self.recipe_file, self.port, self.goal)
+        env = {**os.environ, **launch.env}
         with self.log_file.open("wb") as log:
-            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+            shown = self.engine.command_line(self.model_dir, self.recipe_file, self.goal,
+                                             self.port)
+            log.write(f"$ {shown}\n".encode())  # the log says what ran
+            log.flush()
+            self._process = subprocess.Popen(launch.argv, stdout=log, stderr=subprocess.STDOUT,
                                              env=env, start_new_session=True,
                                              preexec_fn=_die_with_parent)
         httpx = import_extra("httpx", "engine", 'an engine goal (kind = "engine")')
@@ -97,16 +106,17 @@ class EngineProcess:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise EngineStartError(
-                    f"the engine exited with status {self._process.returncode} before "
-                    "serving", self.log_tail())
+                    f"the {self.engine.name} engine exited with status "
+                    f"{self._process.returncode} before serving", self.log_tail())
             try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}{launch.health}", timeout=2).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise EngineStartError(f"the engine did not answer /health within {timeout_s:.0f} s",
+        raise EngineStartError(f"the {self.engine.name} engine did not answer "
+                               f"{launch.health} within {timeout_s:.0f} s",
                                self.log_tail(), timed_out=True)
 
     def alive(self) -> bool:
@@ -209,16 +219,17 @@ class LoadRound:
 
 def metric_of(result: dict[str, Any], goal: EngineGoal) -> LoadRound:
     """Goodput (requests/s meeting the objective) or output tokens/s when the run's p99
-    meets it (else 0: throughput out of objective is worth nothing)."""
+    meets it (else 0: throughput out of objective is worth nothing); for ``max_rate``,
+    :func:`load_once` puts the rate found in its place."""
     goodput = float(result["request_goodput"] or 0.0)
     ttft, tpot = float(result["p99_ttft_ms"]), float(result["p99_tpot_ms"])
-    if goal.metric == "goodput":
-        metric = goodput
-    else:
+    if goal.metric == "output_throughput":
         limits = goal.objective
         within = ((limits.p99_ttft_ms is None or ttft <= limits.p99_ttft_ms)
                   and (limits.p99_tpot_ms is None or tpot <= limits.p99_tpot_ms))
         metric = float(result["output_throughput"]) if within else 0.0
+    else:
+        metric = goodput
     return LoadRound(metric, ttft, tpot, float(result["output_throughput"]), goodput,
                      int(result["failed"]))
 
@@ -227,21 +238,39 @@ def warm_up(url: str, goal: EngineGoal) -> None:
     """One unmeasured wave of the goal's traffic: a freshly started engine meets its batch
     sizes for the first time (allocator, BLAS and kernel set-up), a serving incumbent
     has met them already, and the comparison should not charge that to the newcomer."""
-    load_once(url, goal, goal.seed + 104_729,
-              min(goal.traffic.num_prompts, goal.traffic.concurrency or 8))
+    _load(url, goal.traffic, goal, goal.seed + 104_729,
+          min(goal.traffic.num_prompts, goal.traffic.concurrency or 8))
 
 
-def load_once(url: str, goal: EngineGoal, seed: int, num_prompts: int | None = None
-              ) -> LoadRound:
-    """One load run of the goal's traffic (with one warm-up request)."""
+def load_once(url: str, goal: EngineGoal, seed: int) -> LoadRound:
+    """One measurement of the goal's metric: a load run of its traffic (with one warm-up
+    request), or for ``max_rate`` a search of open-loop rates (:mod:`.max_rate`), the
+    round's latencies being those at the rate found."""
+    if goal.metric != "max_rate":
+        return metric_of(_load(url, goal.traffic, goal, seed), goal)
     traffic = goal.traffic
+    start = traffic.request_rate if math.isfinite(traffic.request_rate) else 1.0
+    at_rate: dict[float, dict[str, Any]] = {}
+
+    def attainment(rate: float) -> float:
+        probe = traffic.model_copy(update={"request_rate": rate, "concurrency": None})
+        at_rate[rate] = _load(url, probe, goal, seed + len(at_rate))
+        return float(at_rate[rate]["attainment"])
+
+    search = sustained_rate(attainment, start, goal.objective.attainment)
+    found = at_rate.get(search.rate) or at_rate[search.probes[-1][0]]
+    return dataclasses.replace(metric_of(found, goal), metric=search.rate)
+
+
+def _load(url: str, traffic: Traffic, goal: EngineGoal, seed: int,
+          num_prompts: int | None = None) -> dict[str, Any]:
     spec = LoadSpec(base_url=url, num_prompts=num_prompts or traffic.num_prompts,
                     input_len=traffic.input_len, output_len=traffic.output_len,
                     range_ratio=traffic.range_ratio, dataset=traffic.dataset(),
                     request_rate=traffic.request_rate, burstiness=traffic.burstiness,
                     max_concurrency=traffic.concurrency, num_warmups=1, seed=seed,
                     goodput=goal.objective.slos(), timeout_s=120.0)
-    return metric_of(asyncio.run(run_load(spec)), goal)
+    return asyncio.run(run_load(spec))
 
 
 @dataclass(slots=True)
@@ -309,7 +338,13 @@ def _p99s(rounds: list[LoadRound]) -> tuple[float, float]:
 
 
 def _broken(rounds: list[LoadRound], goal: EngineGoal) -> dict[str, str]:
-    """What of the objective ``rounds`` break: limit name -> how."""
+    """What of the objective ``rounds`` break: limit name -> how. For ``max_rate`` the
+    objective is in the metric (requests dropped or late count against the attainment):
+    only a round that sustained no rate at all breaks it."""
+    if goal.metric == "max_rate":
+        share = f"{goal.objective.attainment:.0%}"
+        return {"rate": f"no rate tried kept {share} of requests within the objective"} \
+            if statistics.median(r.metric for r in rounds) <= 0 else {}
     ttft, tpot = _p99s(rounds)
     limits = goal.objective
     broken = {name: f"p99 {name} {value:.1f} ms > {limit:g} ms"

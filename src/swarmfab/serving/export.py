@@ -3,7 +3,8 @@
 ``swarmfab export RUN --out DIR`` writes ``DIR/<name>/``: ``recipe.json`` (what
 ``swarmfab serve MODEL --recipe DIR/<name>`` reads), ``provenance.json`` (the goal, the
 host, every crowned step's verdict, the closing side-by-side measurement) and
-``EVIDENCE.md``, the same for a reader.
+``EVIDENCE.md``, the same for a reader. For another engine (vLLM), ``serve.sh [MODEL
+[PORT]]`` is the engine's own command line with the recipe's settings.
 """
 
 from __future__ import annotations
@@ -38,7 +39,36 @@ def export_recipe(store: Store, run: Any, champion: Candidate, out: Path,
     }
     (target / "provenance.json").write_text(json.dumps(provenance, indent=2, default=str))
     (target / "EVIDENCE.md").write_text(_evidence(run, champion, crowned, summary))
+    engine = run.goal.get("engine", "swarmfab")
+    if engine != "swarmfab":
+        script = target / "serve.sh"
+        script.write_text(serve_script(run.goal, target / RECIPE_FILE))
+        script.chmod(0o755)
     return target
+
+
+_MODEL = "__MODEL_DIR__"
+
+
+def serve_script(goal_data: dict[str, Any], recipe: Path) -> str:
+    """``serve.sh [MODEL [PORT]]``: the engine's command line serving with ``recipe``
+    (MODEL: the run's model directory by default)."""
+    from swarmfab.serving.engines import get_engine
+    from swarmfab.serving.goal import validate_engine_goal
+
+    goal = validate_engine_goal(goal_data, "the run's goal")
+    engine = get_engine(goal.engine)
+    line = engine.command_line(Path(_MODEL), recipe, goal, port=8000)
+    line = line.replace(f"--served-model-name {_MODEL}",
+                        '--served-model-name "$(basename "$MODEL")"')
+    line = line.replace(_MODEL, '"$MODEL"').replace("--port 8000", '--port "$PORT"')
+    model = goal.model if not goal.model.startswith("random:") else ""
+    return ("#!/bin/sh\n"
+            f"# {goal.engine} serving MODEL with the recipe in {recipe.name}; made by "
+            "swarmfab export\n"
+            f'MODEL=${{1:-{model}}}\nPORT=${{2:-8000}}\n'
+            'test -n "$MODEL" || { echo "usage: serve.sh MODEL_DIR [PORT]" >&2; exit 2; }\n'
+            f"exec env {line}\n")
 
 
 def _evidence(run: Any, champion: Candidate, crowned: list[str],

@@ -45,10 +45,12 @@ from swarmfab.agents.builtin.bandit import bandit_agents
 from swarmfab.agents.builtin.recall import RecallAgent
 from swarmfab.agents.builtin.starting import StartingPointsAgent
 from swarmfab.engine.weights import parameter_count
-from swarmfab.errors import MissingExtraError, import_extra
+from swarmfab.errors import EngineError, MissingExtraError
 from swarmfab.knowledge import LessonContext, Store
 from swarmfab.knowledge.recall import Recalled
 from swarmfab.records import Candidate, CheckResult, Estimate, Lesson, Status, Verdict
+from swarmfab.serving.engines import EngineAdapter, SpaceContext, get_engine
+from swarmfab.serving.engines.own import auto_threads, same_under_traffic
 from swarmfab.serving.evaluate import (
     Comparison,
     EngineProcess,
@@ -65,7 +67,6 @@ from swarmfab.serving.evaluate import (
 )
 from swarmfab.serving.goal import EngineGoal
 from swarmfab.serving.numerics import Scores, numerics_checks, score_continuations
-from swarmfab.serving.recipe import engine_space, kda_champions
 from swarmfab.swarm.gate import judge
 
 try:  # the engine extra
@@ -107,9 +108,13 @@ def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
     budget = _Budget(goal.budget_s, time.monotonic() if started is None else started)
     from swarmfab.swarm.hosts import host_record
 
+    engine = get_engine(goal.engine)
+    missing = engine.unavailable(goal)
+    if missing:
+        raise EngineError(missing)
     model_dir = goal.model_dir(workdir / "checkpoints")
     host = host_record(goal.threads, "c")
-    space = engine_space(goal.threads, kda=kda_champions(store, host) if use_lessons else None)
+    space = engine.space(SpaceContext(goal, model_dir, host, store if use_lessons else None))
     label = goal.run_label(parameter_count(model_dir))
     context = LessonContext.of("engine", host, [label])
     lessons = tuple(store.lessons_for(context)) if use_lessons else ()
@@ -121,7 +126,8 @@ def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
         store.reopen_run(run_id)
     workdir = workdir / "engine-runs" / run_id
     workdir.mkdir(parents=True, exist_ok=True)
-    log(f"{'resuming ' if resume else ''}engine run {run_id}: {model_dir}, traffic "
+    log(f"{'resuming ' if resume else ''}engine run {run_id}: {engine.name} serving "
+        f"{model_dir}, traffic "
         f"{goal.traffic.label()}, metric {goal.metric}, budget {goal.budget_s:.0f} s")
     if lessons or recalled:
         helpful = sum(lesson.outcome == "helps" for lesson in lessons)
@@ -129,7 +135,7 @@ def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
             f"{len(recalled)} champion recipe(s) recalled; --no-lessons to ignore them")
     default = space.instantiate(space.default(), threads=goal.threads, agent="default",
                                 rationale="the engine's default settings")
-    search = _Search(goal, store, run_id, model_dir, workdir, budget, log, label)
+    search = _Search(goal, engine, store, run_id, model_dir, workdir, budget, log, label)
     try:
         result = search.run(default, space, lessons, recalled)
     except KeyboardInterrupt:
@@ -162,14 +168,15 @@ class _Outcome:
 
 
 class _Search:
-    def __init__(self, goal: EngineGoal, store: Store, run_id: str, model_dir: Path,
-                 workdir: Path, budget: _Budget, log: Log, label: str):
+    def __init__(self, goal: EngineGoal, engine: EngineAdapter, store: Store, run_id: str,
+                 model_dir: Path, workdir: Path, budget: _Budget, log: Log, label: str):
         self.goal, self.store, self.run_id, self.label = goal, store, run_id, label
+        self.engine = engine
         self.model_dir, self.workdir, self.budget, self.log = model_dir, workdir, budget, log
         self.evaluations = 0
         self.incumbent: EngineProcess | None = None
         self.reference_scores: list[Scores] | None = None  # the default's, teacher-forced
-        self.auto_threads = auto_threads(model_dir)  # what threads = "auto" resolves to
+        self.default_dtype: Any = None
         self.load_s = 0.0  # one load run of the goal's traffic, measured on the default
         self.eval_s = 0.0  # the latest measured evaluation: whether another still fits
         self.closing_s = 0.0  # what the closing comparison needs at least
@@ -186,20 +193,23 @@ class _Search:
         directory.mkdir(exist_ok=True)
         recipe = directory / candidate.entry
         recipe.write_text(candidate.sources[candidate.entry])
-        return EngineProcess(self.model_dir, recipe, directory / log)
+        return EngineProcess(self.model_dir, recipe, directory / log, engine=self.engine,
+                             goal=self.goal)
 
     def run(self, default: Candidate, space: Any, lessons: tuple[Lesson, ...] = (),
             recalled: Sequence[Recalled] = ()) -> EngineRunResult:
         goal = self.goal
         judged = [(self.store.candidate(row.candidate_id), verdict)
                   for row, verdict in self.store.verdicts(self.run_id)]
+        self.default_dtype = default.knobs.get("dtype")
         started = time.monotonic()
         self.incumbent = self._process(default).start(
             min(goal.startup_timeout_s, max(1.0, self.budget.left())))
         startup_s = time.monotonic() - started
-        prompts = verify_prompts(goal, _vocab(self.incumbent.url))
+        prompts = verify_prompts(goal, _vocab(self.model_dir))
         reference = greedy_tokens(self.incumbent.url, prompts, goal.verify_tokens)
-        if len(space.knob("dtype").values) > 1:  # the accuracy gate's reference scores
+        if self.engine.scores_numerics and len(space.knob("dtype").values) > 1:
+            # the accuracy gate's reference scores
             self.reference_scores = score_continuations(self.incumbent.url, prompts,
                                                         reference)
         measured = time.monotonic()
@@ -253,8 +263,9 @@ class _Search:
                               evaluated=frozenset(evaluated), recent=tuple(recent),
                               lessons=lessons, rng=rng)
             proposals = agent.propose(context, 1)
-            if proposals and same_under_traffic(proposals[0].knobs, champion.knobs,
-                                                goal, self.auto_threads):
+            if proposals and self.engine.same_under_traffic(proposals[0].knobs,
+                                                            champion.knobs, goal,
+                                                            self.model_dir):
                 evaluated.add(proposals[0].id)  # it could only measure noise
                 self.log(f"{name}: {_knobs(_changed(proposals[0], champion))} "
                          "cannot change this traffic's serving; not measured")
@@ -361,6 +372,10 @@ class _Search:
         """The verdict; when the candidate was measured, its running process and the
         load rounds beside the incumbent."""
         started = time.monotonic()
+        refused = self.engine.refuses(candidate.knobs, self.goal)
+        if refused:  # judged without a start
+            return _Outcome(Verdict(candidate.id, Status.REJECTED, f"refused: {refused}",
+                                    elapsed_s=time.monotonic() - started))
         process = self._process(candidate)
 
         def failed(status: Status, reason: str, log: str = "") -> _Outcome:
@@ -403,7 +418,7 @@ class _Search:
         """The checks, and why they reject the candidate ("" if they do not): the
         reference's greedy tokens, or the accuracy gate where the dtype differs."""
         goal = self.goal
-        if candidate.knobs.get("dtype", "float32") != "float32" \
+        if candidate.knobs.get("dtype") != self.default_dtype \
                 and self.reference_scores is not None:
             checks = numerics_checks(reference, self.reference_scores,
                                      score_continuations(url, prompts, reference),
@@ -455,51 +470,17 @@ class _Search:
                                self.evaluations, gain, default_metric, champion_metric)
 
 
-def same_under_traffic(setting: dict[str, Any], other: dict[str, Any], goal: EngineGoal,
-                       auto_threads: dict[str, int] | None = None) -> bool:
-    """Whether two settings must serve the goal's traffic alike: ``threads = "auto"``
-    being the count it resolves to for the setting's dtype (``auto_threads``), they are
-    the same, or differ only in ``max_num_seqs`` while both allow at least the requests
-    the traffic keeps in flight (its concurrency), so the scheduler runs the same
-    batches either way."""
-    setting, other = (_resolved(s, auto_threads or {}) for s in (setting, other))
-    changed = {k for k in {*setting, *other} if setting.get(k) != other.get(k)}
-    in_flight = goal.traffic.concurrency
-    return not changed or (changed == {"max_num_seqs"} and in_flight is not None and all(
-        isinstance(s.get("max_num_seqs"), int) and s["max_num_seqs"] >= in_flight
-        for s in (setting, other)))
-
-
-def _resolved(setting: dict[str, Any], auto_threads: dict[str, int]) -> dict[str, Any]:
-    count = auto_threads.get(str(setting.get("dtype", "float32")))
-    return {**setting, "threads": count} if setting.get("threads") == "auto" and count \
-        else setting
-
-
-def auto_threads(model_dir: Path) -> dict[str, int]:
-    """The intra-op threads ``threads = "auto"`` gives an engine of this checkpoint, per
-    dtype (the engine decides by the bytes of its weights)."""
-    from swarmfab.engine.engine import DTYPES, EngineConfig
-
-    safe_open = import_extra("safetensors", "engine", 'an engine goal (kind = "engine")'
-                             ).safe_open
-
-    parameters = 0
-    for file in sorted(model_dir.glob("*.safetensors")):
-        with safe_open(str(file), "pt") as tensors:
-            for name in tensors.keys():  # noqa: SIM118 (the handle is not iterable)
-                parameters += math.prod(tensors.get_slice(name).get_shape())
-    return {name: EngineConfig(dtype=name).intra_op_threads(
-        parameters * dtype.itemsize) for name, dtype in DTYPES.items()}
-
-
 def _changed(candidate: Candidate, champion: Candidate) -> dict[str, Any]:
     return {k: v for k, v in candidate.knobs.items() if champion.knobs.get(k) != v}
 
 
-def _vocab(url: str) -> int:
-    card = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]
-    return int(card.get("vocab_size", 256))
+def _vocab(model_dir: Path) -> int:
+    """The checkpoint's vocabulary (config.json's vocab_size)."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        return int(config.get("vocab_size") or config.get("text_config", {})["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EngineError(f"{model_dir}/config.json names no vocab_size: {exc}") from exc
 
 
 def _median(rounds: list[Any]) -> float:

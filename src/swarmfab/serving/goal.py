@@ -6,6 +6,8 @@ A TOML file with ``kind = "engine"``::
     model = "random:small"        # a checkpoint directory, or random:tiny / random:small
     budget = "10m"
     metric = "goodput"            # or "output_throughput" (tokens/s within the objective)
+                                  # or "max_rate" (the highest request rate sustained)
+    engine = "swarmfab"           # or "vllm" (its own venv: scripts/vllm_env.sh)
 
     [traffic]
     input_len = 64
@@ -19,6 +21,7 @@ A TOML file with ``kind = "engine"``::
     [objective]
     p99_ttft_ms = 2000
     p99_tpot_ms = 150
+    attainment = 0.9              # max_rate: the share of requests that must meet both
 
 Every mistake becomes one :class:`~swarmfab.errors.GoalError` naming the field, as for
 kernel goals. ``random:SIZE`` models are made locally once (same maker as the tests) and
@@ -98,10 +101,14 @@ class Traffic(_Strict):
 
 
 class Objective(_Strict):
-    """Latency a served request must meet (ms); at least one."""
+    """Latency a served request must meet (ms); at least one. A request counts as good
+    only if it meets every limit named, was served whole and did not fail; goodput counts
+    good requests per second, and ``max_rate`` the highest arrival rate at which the
+    ``attainment`` share of requests is good (DistServe's definition)."""
 
     p99_ttft_ms: Annotated[float | None, Field(gt=0)] = None
     p99_tpot_ms: Annotated[float | None, Field(gt=0)] = None
+    attainment: Annotated[float, Field(gt=0, le=1)] = 0.9
 
     @model_validator(mode="after")
     def _some(self) -> Objective:
@@ -121,7 +128,12 @@ class EngineGoal(_Strict):
     model: str
     traffic: Traffic = Traffic()
     objective: Objective
-    metric: Literal["goodput", "output_throughput"] = "goodput"
+    metric: Literal["goodput", "output_throughput", "max_rate"] = "goodput"
+    # which engine serves: an adapter of :mod:`swarmfab.serving.engines`; an engine with
+    # its own environment finds its interpreter in ``engine_python`` or the adapter's
+    # variable (SWARMFAB_VLLM_PYTHON for vLLM)
+    engine: str = "swarmfab"
+    engine_python: str | None = None
     budget_s: Annotated[float, Field(alias="budget")] = 600.0
     max_evaluations: Annotated[int | None, Field(ge=1)] = None
     threads: Annotated[int, Field(ge=1, le=1024)] = Field(
@@ -177,6 +189,24 @@ class EngineGoal(_Strict):
                 raise ValueError(f"no random checkpoint {size!r}; choose from "
                                  f"{', '.join(RANDOM_PREFIX + s for s in sorted(CHECKPOINTS))}")
         return model
+
+    @model_validator(mode="after")
+    def _engine_serves_model(self) -> EngineGoal:
+        from swarmfab.serving.engines import ENGINES
+
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not "
+                             f"{self.engine!r}")
+        size = self.model.removeprefix(RANDOM_PREFIX) if self.model.startswith(
+            RANDOM_PREFIX) else None
+        if size is not None and self.engine != "fake" \
+                and size.startswith("llama-") != (self.engine == "vllm"):
+            raise ValueError(
+                f"{self.model} is a {'Llama-style' if size.startswith('llama-') else 'Kimi Linear'}"
+                f" model and the {self.engine} engine does not serve it: the swarmfab engine "
+                "serves Kimi Linear (random:tiny, random:small), vLLM on CPU Llama-style "
+                "models (random:llama-tiny, random:llama-small)")
+        return self
 
     @model_validator(mode="after")
     def _rounds(self) -> EngineGoal:
