@@ -8,6 +8,9 @@ the default settings, the champion recipe and HF ``generate`` side by side in on
    ``KimiLinearForCausalLM.generate`` on the same prompts (static batches of the goal's
    concurrency, per-token times from a streamer, goodput by the same objective).
 
+``--engine vllm`` compares tuners instead (``bench_engine_tuners.py``): vLLM's defaults,
+the grid its ``benchmarks/auto_tune`` documents, and the swarm, each with the same budget.
+
 Printed: medians over the rounds with the vLLM metric names (``request_goodput``,
 ``output_throughput``, ``p99_ttft_ms``, ``p99_tpot_ms``), and the champion / default and
 champion / HF ratios of the goal's metric and of output tokens/s, with 95% bootstrap
@@ -40,6 +43,7 @@ from swarmfab.serving.goal import load_engine_goal
 from swarmfab.serving.recipe import Recipe, engine_space
 
 GOAL = Path(__file__).parent.parent / "examples" / "goals" / "engine-kimi-tiny.toml"
+VLLM_GOAL = GOAL.with_name("engine-vllm-llama-small.toml")
 
 
 def hf_round(model: Any, goal: Any, seed: int) -> dict[str, Any]:
@@ -55,6 +59,17 @@ def hf_round(model: Any, goal: Any, seed: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    if "--engine" in sys.argv:
+        at = sys.argv.index("--engine")
+        if sys.argv[at + 1:at + 2] != ["vllm"]:
+            sys.exit("--engine: vllm (swarmfab's own engine is this script's default)")
+        from bench_engine_tuners import main as tuners
+
+        rest = sys.argv[1:at] + sys.argv[at + 2:]
+        if "--goal" not in rest:
+            rest += ["--goal", str(VLLM_GOAL)]
+        tuners(rest)
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--goal", type=Path, default=GOAL)
     parser.add_argument("--budget", default="3m", help="the factory run's budget")

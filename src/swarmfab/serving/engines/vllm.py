@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,10 +61,18 @@ class VllmEngine(EngineAdapter):
 
     def unavailable(self, goal: Any) -> str:
         python = self.python(goal)
+        how = (f"make one with scripts/vllm_env.sh DIR, then set engine_python = "
+               f"\"DIR/bin/python\" in the goal or {PYTHON_ENV}=DIR/bin/python")
         if not python.is_file():
-            return (f"vLLM's environment is not at {python}: make one with "
-                    f"scripts/vllm_env.sh DIR, then set engine_python = \"DIR/bin/python\" "
-                    f"in the goal or {PYTHON_ENV}=DIR/bin/python")
+            return f"vLLM's environment is not at {python}: {how}"
+        try:  # found, not imported: an import of vLLM takes seconds
+            found = subprocess.run([str(python), "-c", "import importlib.util, sys; "
+                                    "sys.exit(importlib.util.find_spec('vllm') is None)"],
+                                   capture_output=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{python} does not run ({exc}): {how}"
+        if found.returncode != 0:
+            return f"{python} has no vllm package: {how}"
         return ""
 
     def space(self, context: SpaceContext) -> DesignSpace:
@@ -100,10 +109,10 @@ class VllmEngine(EngineAdapter):
                                                             tuple[str, ...]]:
             return {"recipe.json": recipe_json(self.name, setting)}, "recipe.json", ()
 
-        starting = ((
-            {"enforce_eager": "on"},
-            "eager: no compiled graph to pick per batch size (on CPU the compiled model "
-            "is not always the faster one at small batches)"),)
+        # vLLM's automatic binding holds a core back for the API server: on a machine
+        # of a few cores, that is a large share of the compute
+        starting = (({"omp_bind": "all"}, "every core computing: the automatic binding "
+                     "holds one back"),) if cores <= 8 else ()
         return DesignSpace("vllm", "engine", "engine-recipe", knobs, render,
                            starting=starting)
 
