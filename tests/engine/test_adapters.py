@@ -156,6 +156,28 @@ def test_requests_cut_short_or_failed_are_not_good() -> None:
     assert math.isclose(result["attainment"], 1 / 3)  # of every request sent
 
 
+def test_a_token_whose_text_is_a_unicode_line_break_is_not_a_failed_request() -> None:
+    """vLLM sends a token's text raw in its JSON; U+2028 or U+0085 is a line break to
+    str.splitlines (and httpx's aiter_lines) but not to server-sent events."""
+    from swarmfab.engine.loadgen import _sse_lines
+
+    events = [json.dumps({"choices": [{"text": text}]}, ensure_ascii=False)
+              for text in ("a\u2028b", "\x85", "c\u2029")]
+    body = "".join(f"data: {event}\n\n" for event in events).encode() + b"data: [DONE]\n\n"
+
+    class Response:
+        async def aiter_bytes(self) -> object:
+            for at in range(0, len(body), 7):  # chunks that cut lines and characters
+                yield body[at:at + 7]
+
+    async def lines() -> list[str]:
+        return [line async for line in _sse_lines(Response())]  # type: ignore[arg-type]
+
+    data = [line for line in asyncio.run(lines()) if line.startswith("data: {")]
+    assert [json.loads(line[6:])["choices"][0]["text"] for line in data] == [
+        "a\u2028b", "\x85", "c\u2029"]
+
+
 def test_an_open_loop_counts_the_wait_for_a_connection_against_the_engine(
         fake_model: Path, tmp_path: Path) -> None:
     """Arrivals faster than one sequence at a time serves: the requests' clocks start at

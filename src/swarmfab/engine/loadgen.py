@@ -32,7 +32,7 @@ import json
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -192,7 +192,7 @@ async def _one(client: httpx.AsyncClient, model: str, prompt: Prompt, max_tokens
             if response.status_code != 200:
                 record.error = (await response.aread()).decode(errors="replace")[:500]
                 return record
-            async for line in response.aiter_lines():
+            async for line in _sse_lines(response):
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 chunk = json.loads(line[6:])
@@ -213,6 +213,19 @@ async def _one(client: httpx.AsyncClient, model: str, prompt: Prompt, max_tokens
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         record.error = f"{type(exc).__name__}: {exc}"
     return record
+
+
+async def _sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """The lines of a server-sent event stream: split at "\\n" alone. (httpx's
+    ``aiter_lines`` splits at every Unicode line break, and a generated token's text,
+    sent raw in the JSON, may be one: U+0085 or U+2028 from a byte-level vocabulary.)"""
+    pending = b""
+    async for chunk in response.aiter_bytes():
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode("utf-8", errors="replace")
+    if pending:
+        yield pending.rstrip(b"\r").decode("utf-8", errors="replace")
 
 
 async def _model_card(client: httpx.AsyncClient) -> dict[str, Any]:
