@@ -144,6 +144,32 @@ def test_an_engine_goal_names_an_engine_that_serves_its_model() -> None:
     assert goal.objective.attainment == 0.95
 
 
+def test_each_round_loads_both_engines_with_prompts_new_to_both(
+        fake_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prefix cache serves prompts it has seen from the cache: a round's prompts must
+    be the same for both sides and unlike any earlier round's, across comparisons."""
+    import itertools
+
+    from swarmfab.serving import evaluate
+
+    sent: list[tuple[str, int]] = []
+
+    def load(url: str, goal: EngineGoal, seed: int) -> evaluate.LoadRound:
+        sent.append((url, seed))
+        return evaluate.LoadRound(1.0, 1.0, 1.0, 1.0, 1.0, 0)
+
+    monkeypatch.setattr(evaluate, "load_once", load)
+    goal = _goal(fake_model, min_rounds=2, max_rounds=3)
+    seeds = itertools.count(1)
+    for _ in range(2):  # two comparisons of one run, as the factory makes them
+        evaluate.compare("a", "b", goal, math.inf, seeds)
+    per_round = [sorted(sent[i:i + 2]) for i in range(0, len(sent), 2)]
+    assert all(first[0] == "a" and second[0] == "b" and first[1] == second[1]
+               for first, second in per_round), sent
+    round_seeds = [pair[0][1] for pair in per_round]
+    assert len(set(round_seeds)) == len(round_seeds) == 4, sent
+
+
 # -- goodput as the field defines it -------------------------------------------------------
 def test_requests_cut_short_or_failed_are_not_good() -> None:
     whole = RequestRecord(prompt_len=4, success=True, asked_tokens=4, output_tokens=4,

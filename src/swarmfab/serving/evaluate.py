@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import ctypes
 import dataclasses
+import itertools
 import math
 import os
 import signal
@@ -32,6 +33,7 @@ import socket
 import statistics
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,7 +256,8 @@ def load_once(url: str, goal: EngineGoal, seed: int) -> LoadRound:
 
     def attainment(rate: float) -> float:
         probe = traffic.model_copy(update={"request_rate": rate, "concurrency": None})
-        at_rate[rate] = _load(url, probe, goal, seed + len(at_rate))
+        # every probe's prompts new to the server (its prefix cache): a block per round
+        at_rate[rate] = _load(url, probe, goal, seed * 64 + len(at_rate))
         return float(at_rate[rate]["attainment"])
 
     search = sustained_rate(attainment, start, goal.objective.attainment)
@@ -288,11 +291,18 @@ class Comparison:
 
 
 def compare(incumbent_url: str, candidate_url: str, goal: EngineGoal,
-            deadline: float) -> Comparison:
+            deadline: float, seeds: Iterator[int] | None = None) -> Comparison:
     """Alternate load runs (candidate first on odd rounds) until the interval is narrow,
     or wholly on the slower side (more rounds could not crown the candidate, so stopping
     early cannot make a false champion), ``max_rounds`` are done, or the next round
-    would pass ``deadline`` (monotonic)."""
+    would pass ``deadline`` (monotonic).
+
+    Each round's prompts come from the next of ``seeds``, the same for both sides and
+    new to both: an engine with a prefix cache (vLLM's is on by default) serves prompts
+    it has seen from the cache, so a server that met a round's prompts before (an
+    incumbent measured earlier on them) would be timed on a lighter load. The factory
+    passes one stream for its whole run."""
+    seeds = seeds if seeds is not None else itertools.count(goal.seed)
     pair = Comparison()
     round_s = 0.0
     for index in range(goal.max_rounds):
@@ -304,9 +314,10 @@ def compare(incumbent_url: str, candidate_url: str, goal: EngineGoal,
         if index >= 2 and time.monotonic() + round_s > deadline:
             break
         started = time.monotonic()
+        seed = next(seeds)
         order = [(incumbent_url, pair.incumbent), (candidate_url, pair.candidate)]
         for url, rounds in order if index % 2 == 0 else reversed(order):
-            rounds.append(load_once(url, goal, goal.seed + index))
+            rounds.append(load_once(url, goal, seed))
         round_s = time.monotonic() - started
     return pair
 

@@ -30,6 +30,7 @@ incumbent again, and no recorded candidate is evaluated twice.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -177,6 +178,9 @@ class _Search:
         self.incumbent: EngineProcess | None = None
         self.reference_scores: list[Scores] | None = None  # the default's, teacher-forced
         self.default_dtype: Any = None
+        # every load run's prompts new to every server (see evaluate.compare): one stream
+        # of seeds for the run; a resumed run's servers start with empty caches
+        self.seeds = itertools.count(goal.seed + 1)
         self.load_s = 0.0  # one load run of the goal's traffic, measured on the default
         self.eval_s = 0.0  # the latest measured evaluation: whether another still fits
         self.closing_s = 0.0  # what the closing comparison needs at least
@@ -217,8 +221,8 @@ class _Search:
         resumed = any(candidate.id == default.id for candidate, _ in judged)
         # resumed: one load run says what a measurement costs now
         rounds = 1 if resumed else goal.min_rounds
-        baseline = [load_once(self.incumbent.url, goal, goal.seed + index)
-                    for index in range(rounds)]
+        baseline = [load_once(self.incumbent.url, goal, next(self.seeds))
+                    for _ in range(rounds)]
         load_s = self.load_s = (time.monotonic() - measured) / rounds
         objective = objective_check(baseline, goal)
         if not resumed:
@@ -320,16 +324,17 @@ class _Search:
         """Each engine (candidate id -> URL) serves one load run at each of the goal's
         offered loads, alternating, while the budget lasts (``offered`` events)."""
         loads = self.goal.offered_loads
-        for index, load in enumerate(loads):
+        for load in loads:
             need = len(engines) * self._load_s(load)
             if self.budget.left() < need:
                 self.log(f"offered loads from {load:g} on skipped: {need:.0f} s needed, "
                          f"{max(0.0, self.budget.left()):.0f} s left")
                 return
             goal = self.goal.at_load(load)
+            seed = next(self.seeds)  # the same prompts for each engine, new to both
             for candidate_id, url in engines.items():
                 try:
-                    rounds = [load_once(url, goal, goal.seed + 1000 + index)]
+                    rounds = [load_once(url, goal, seed)]
                 except (httpx.HTTPError, KeyError, ValueError) as exc:
                     self.log(f"offered load {load:g} failed on {candidate_id}: {exc}")
                     return
@@ -402,8 +407,8 @@ class _Search:
         assert self.incumbent is not None
         try:
             warm_up(process.url, self.goal)
-            pair = compare(self.incumbent.url, process.url, self.goal,
-                           time.monotonic() + max(0.0, self.budget.left() - closing_s))
+            until = time.monotonic() + max(0.0, self.budget.left() - closing_s)
+            pair = compare(self.incumbent.url, process.url, self.goal, until, self.seeds)
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             status = Status.CRASHED if process.ended_within(2.0) else Status.REJECTED
             return failed(status, f"load failed: {exc}", process.log_tail())
@@ -454,7 +459,7 @@ class _Search:
                 warm_up(reference.url, self.goal)
                 left = self.budget.left() - 5 - self._offered_s()
                 pair = compare(reference.url, self.incumbent.url, self.goal,
-                               time.monotonic() + max(0.0, left))
+                               time.monotonic() + max(0.0, left), self.seeds)
                 self._offered({default.id: reference.url, champion.id: self.incumbent.url})
         gain = pair.ratio().inverted()
         default_metric, champion_metric = _median(pair.incumbent), _median(pair.candidate)
