@@ -73,6 +73,11 @@ def test_read_settings_refuses_another_engines_recipe(tmp_path: Path) -> None:
         read_settings(tmp_path, "fake")
     file.write_text(json.dumps({"format": 1, "settings": {}}))  # no engine: swarmfab's
     assert read_settings(file, "swarmfab") == {}
+    from swarmfab.serving.recipe import read_recipe
+
+    file.write_text(recipe_json("vllm", {"max_num_seqs": 8}))
+    with pytest.raises(EngineError, match="for the vllm engine, not swarmfab's: serve it"):
+        read_recipe(file)
 
 
 def test_an_engine_run_on_the_fake_crowns_more_sequences_and_rejects_changed_tokens(

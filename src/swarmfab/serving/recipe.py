@@ -245,6 +245,11 @@ def read_recipe(path: Path) -> Recipe:
                           f"or its {RECIPE_FILE}") from exc
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EngineError(f"recipe {file} cannot be read: {exc}") from exc
+    engine = data.get("engine", "swarmfab") if isinstance(data, dict) else "swarmfab"
+    if engine != "swarmfab":
+        raise EngineError(f"recipe {file} is for the {engine} engine, not swarmfab's: "
+                          "serve it with the serve.sh that `swarmfab export` writes beside "
+                          "it, or the engine's own command line")
     kernels = data.get("kernels", {}) if isinstance(data, dict) else None
     if not isinstance(data, dict) or data.get("format") != FORMAT \
             or not isinstance(data.get("settings"), dict) or not isinstance(kernels, dict) \
