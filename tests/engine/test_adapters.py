@@ -6,7 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
+import signal
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -97,6 +101,38 @@ def test_an_engine_run_on_the_fake_crowns_more_sequences_and_rejects_changed_tok
     assert verdicts["shortcut"].status is Status.REJECTED
     assert "changes tokens" in verdicts["shortcut"].reason
     assert not verdicts["shortcut"].timings
+    # the export's serve.sh is the engine's own command line: it serves the champion
+    from swarmfab.report.export import export_champion
+
+    target = export_champion(store, result.run_id, tmp_path / "out")
+    assert read_settings(target, "fake")["max_num_seqs"] == 16
+    port = _free_port()
+    served = subprocess.Popen([str(target / "serve.sh"), str(fake_model), str(port)],
+                              start_new_session=True)
+    try:
+        assert _answers(f"http://127.0.0.1:{port}/health", 60)
+        assert greedy_tokens(f"http://127.0.0.1:{port}", [[4, 5]], 3) == [
+            fake_tokens([4, 5], 3, 97)]
+    finally:
+        os.killpg(served.pid, signal.SIGTERM)
+        served.wait(30)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _answers(url: str, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    return False
 
 
 def test_vllm_launch_carries_every_knob(tmp_path: Path, monkeypatch: pytest.MonkeyPatch

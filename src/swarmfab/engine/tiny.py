@@ -4,7 +4,8 @@ Kimi Linear in two sizes: ``tiny`` (4 layers, hidden 128, 1.3M parameters; Pytho
 overhead dominates its steps) and ``small`` (12 layers, hidden 768, 8 experts, 153M
 parameters; the matmuls and the delta rule dominate, so kernels matter). And a
 Llama-style dense decoder (grouped-query attention, SwiGLU, RMSNorm), the family other
-engines serve (vLLM on CPU refuses Kimi Linear): ``llama-tiny`` (2 layers, hidden 128)
+engines serve (vLLM on CPU refuses Kimi Linear): ``llama-tiny`` (2 layers, hidden 128, 2
+heads of 64)
 and ``llama-small`` (8 layers, hidden 512, 27M parameters). The weights come from
 ``transformers``' ``AutoModelForCausalLM.from_config`` with a fixed seed, written by
 ``save_pretrained`` (Moonshot's tensor names). The tokenizer is a byte-level BPE
@@ -47,8 +48,10 @@ SMALL_CONFIG: dict[str, Any] = {
 _LLAMA = {"num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 4096,
           "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "pad_token_id": 0,
           "bos_token_id": 1, "eos_token_id": 2, "model_type": "llama"}
+# heads of 64: vLLM's CPU attention takes no narrower ones
 LLAMA_TINY_CONFIG: dict[str, Any] = {**_LLAMA, "vocab_size": 512, "hidden_size": 128,
-                                     "intermediate_size": 352, "num_hidden_layers": 2}
+                                     "intermediate_size": 352, "num_hidden_layers": 2,
+                                     "num_attention_heads": 2, "num_key_value_heads": 1}
 LLAMA_SMALL_CONFIG: dict[str, Any] = {**_LLAMA, "vocab_size": 2048, "hidden_size": 512,
                                       "intermediate_size": 1408, "num_hidden_layers": 8}
 CHECKPOINTS = {"tiny": TINY_CONFIG, "small": SMALL_CONFIG, "llama-tiny": LLAMA_TINY_CONFIG,

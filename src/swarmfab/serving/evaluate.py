@@ -144,22 +144,49 @@ class EngineProcess:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
+        """SIGTERM to the server's process group, SIGKILL to what is left after 15 s; it
+        returns once every process of the group has exited (an engine's workers outlive
+        its API server by a moment, holding their memory and cores)."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
+        if process is None:
             return
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=15)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+        for sent in (signal.SIGTERM, signal.SIGKILL):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=15)
+                os.killpg(process.pid, sent)
+            if _ended(process, 15.0):
+                return
 
     def __enter__(self) -> EngineProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _ended(process: subprocess.Popen[bytes], within_s: float) -> bool:
+    """Whether ``process`` and every live member of its process group exit within
+    ``within_s`` (zombies left to init count as ended)."""
+    deadline = time.monotonic() + within_s
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=within_s)
+    while _group_members(process.pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return process.poll() is not None
+
+
+def _group_members(group: int) -> list[int]:
+    """The live (not zombie) processes of process group ``group`` (Linux's /proc)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # it ended while we looked
+            continue
+        if len(fields) > 2 and fields[2] == str(group) and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
 
 
 # -- verification ------------------------------------------------------------------------
