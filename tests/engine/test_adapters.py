@@ -170,6 +170,7 @@ def test_vllm_launch_carries_every_knob(tmp_path: Path, monkeypatch: pytest.Monk
     script = serve_script(goal.model_dump(mode="json", by_alias=True), recipe)
     assert 'MODEL=${1:-' in script and '--model "$MODEL"' in script
     assert "VLLM_CPU_KVCACHE_SPACE=1" in script and '--port "$PORT"' in script
+    assert f'"${{{PYTHON_ENV}:-{tmp_path}/venv/bin/python}}" -m vllm' in script
 
 
 def test_an_engine_goal_names_an_engine_that_serves_its_model() -> None:

@@ -62,6 +62,11 @@ def serve_script(goal_data: dict[str, Any], recipe: Path) -> str:
     line = line.replace(f"--served-model-name {_MODEL}",
                         '--served-model-name "$(basename "$MODEL")"')
     line = line.replace(_MODEL, '"$MODEL"').replace("--port 8000", '--port "$PORT"')
+    if goal.engine == "vllm":  # its environment here, unless the user names another
+        from swarmfab.serving.engines.vllm import PYTHON_ENV, VllmEngine
+
+        python = str(VllmEngine().python(goal))
+        line = line.replace(python, f'"${{{PYTHON_ENV}:-{python}}}"', 1)
     model = goal.model if not goal.model.startswith("random:") else ""
     return ("#!/bin/sh\n"
             f"# {goal.engine} serving MODEL with the recipe in {recipe.name}; made by "
