@@ -135,6 +135,20 @@ def _answers(url: str, within_s: float) -> bool:
     return False
 
 
+def test_a_run_recalls_only_its_own_engines_champions_and_lessons(fake_model: Path) -> None:
+    from swarmfab.knowledge.recall import Recalled
+    from swarmfab.records import Estimate, Lesson
+    from swarmfab.serving.factory import own_engines
+
+    space = get_engine("fake").space(SpaceContext(_goal(fake_model), fake_model, {}))
+    mine = Recalled("r1", "engine", {"max_num_seqs": 8, "shortcut": "off"}, 1.0)
+    vllms = Recalled("r2", "engine", {"max_num_seqs": 8, "omp_bind": "all"}, 1.0)
+    lessons = [Lesson(knob, 1, 2, Estimate(0.9, 0.8, 1.0), 3, 0, 1.0)
+               for knob in ("max_num_seqs", "omp_bind")]
+    kept, recalled = own_engines(space, lessons, [mine, vllms])
+    assert recalled == [mine] and [lesson.knob for lesson in kept] == ["max_num_seqs"]
+
+
 def test_vllm_launch_carries_every_knob(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                         ) -> None:
     model = tmp_path / "llama"

@@ -75,7 +75,8 @@ try:  # the engine extra
 except ImportError as exc:
     raise MissingExtraError("httpx", "engine", 'an engine goal (kind = "engine")') from exc
 
-__all__ = ["EngineRunResult", "auto_threads", "run_engine_goal", "same_under_traffic"]
+__all__ = ["EngineRunResult", "auto_threads", "own_engines", "run_engine_goal",
+           "same_under_traffic"]
 
 Log = Callable[[str], None]
 
@@ -118,8 +119,8 @@ def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
     space = engine.space(SpaceContext(goal, model_dir, host, store if use_lessons else None))
     label = goal.run_label(parameter_count(model_dir))
     context = LessonContext.of("engine", host, [label])
-    lessons = tuple(store.lessons_for(context)) if use_lessons else ()
-    recalled = store.recall(context) if use_lessons else []
+    lessons, recalled = own_engines(space, store.lessons_for(context), store.recall(context)) \
+        if use_lessons else ((), [])
     if resume is None:
         run_id = store.start_run("engine", goal.model_dump(mode="json", by_alias=True), host)
     else:
@@ -473,6 +474,16 @@ class _Search:
                  f"x{gain.median:.2f} [{gain.low:.2f}, {gain.high:.2f}]")
         return EngineRunResult(self.run_id, default.id, champion.id, dict(champion.knobs),
                                self.evaluations, gain, default_metric, champion_metric)
+
+
+def own_engines(space: Any, lessons: Sequence[Lesson], recalled: Sequence[Recalled]
+                ) -> tuple[tuple[Lesson, ...], list[Recalled]]:
+    """The lessons and recalled champions of ``space``'s engine: every engine's runs
+    share the store's "engine" workload, and another engine's (knobs this space lacks)
+    would propose settings of another program."""
+    knobs = {knob.name for knob in space.knobs}
+    return (tuple(lesson for lesson in lessons if lesson.knob in knobs),
+            [champion for champion in recalled if set(champion.knobs) <= knobs])
 
 
 def _changed(candidate: Candidate, champion: Candidate) -> dict[str, Any]:
