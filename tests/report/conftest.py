@@ -79,6 +79,8 @@ def _record_run(home: Path) -> None:
         cwd=home, capture_output=True, text=True, timeout=480, check=False,
         env={**os.environ, "COLUMNS": "160"},
     )
+    # kept: the run's own timeline says where a slow session's minutes went
+    (home / "run.log").write_text(done.stdout + done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
     run = Store(db).run("latest")
     assert run.champion_id is not None, done.stdout
