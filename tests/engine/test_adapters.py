@@ -149,6 +149,19 @@ def test_a_run_recalls_only_its_own_engines_champions_and_lessons(fake_model: Pa
     assert recalled == [mine] and [lesson.knob for lesson in kept] == ["max_num_seqs"]
 
 
+def test_more_sequences_than_ever_in_flight_are_not_measured(fake_model: Path) -> None:
+    goal = _goal(fake_model)  # a closed loop of 4
+    engine = get_engine("vllm")
+    base = {"max_num_seqs": 8, "dtype": "float32"}
+    assert engine.same_under_traffic(base, {**base, "max_num_seqs": 128}, goal, fake_model)
+    assert not engine.same_under_traffic(base, {**base, "max_num_seqs": 2}, goal, fake_model)
+    assert not engine.same_under_traffic(base, {"max_num_seqs": 128, "dtype": "bfloat16"},
+                                         goal, fake_model)
+    open_loop = _goal(fake_model, traffic={"request_rate": 4.0, "concurrency": None})
+    assert not engine.same_under_traffic(base, {**base, "max_num_seqs": 128}, open_loop,
+                                         fake_model)
+
+
 def test_vllm_launch_carries_every_knob(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                         ) -> None:
     model = tmp_path / "llama"

@@ -37,7 +37,7 @@ from swarmfab.errors import EngineError
 from swarmfab.kernels import DesignSpace, Setting
 
 __all__ = ["RECIPE_FILE", "EngineAdapter", "Launch", "SpaceContext", "read_settings",
-           "recipe_json"]
+           "recipe_json", "same_batches"]
 
 RECIPE_FILE = "recipe.json"
 FORMAT = 1
@@ -99,9 +99,20 @@ class EngineAdapter(ABC):
 
     def same_under_traffic(self, setting: Setting, other: Setting, goal: Any,
                            model_dir: Path) -> bool:
-        """Whether two settings must serve the goal's traffic alike (the same, unless an
-        adapter knows better)."""
-        return dict(setting) == dict(other)
+        """Whether two settings must serve the goal's traffic alike: the same, or
+        differing only in ``max_num_seqs`` while both allow every request the traffic
+        keeps in flight (its concurrency), so the scheduler runs the same batches."""
+        return same_batches(setting, other, goal)
+
+
+def same_batches(setting: Setting, other: Setting, goal: Any) -> bool:
+    """The same settings, or ones that differ only in ``max_num_seqs``, both at or above
+    the traffic's concurrency (a closed loop never has more requests in flight)."""
+    changed = {k for k in {*setting, *other} if setting.get(k) != other.get(k)}
+    in_flight = goal.traffic.concurrency
+    return not changed or (changed == {"max_num_seqs"} and in_flight is not None and all(
+        isinstance(s.get("max_num_seqs"), int) and int(s["max_num_seqs"]) >= in_flight
+        for s in (setting, other)))
 
 
 def recipe_json(engine: str, settings: Mapping[str, Any]) -> str:
