@@ -96,7 +96,7 @@ def test_an_engine_run_on_the_fake_crowns_more_sequences_and_rejects_changed_tok
     # the starting points: 16 sequences in a step serve the 4 in flight together ...
     assert verdicts[16].status is Status.ACCEPTED, verdicts[16].reason
     assert result.champion_settings["max_num_seqs"] == 16, lines
-    assert result.gain is not None and result.gain.low > 1.5, result.gain
+    assert result.gain is not None and result.gain.low > 1.3, result.gain
     # ... and shorter steps that change every fourth token are caught before any load
     assert verdicts["shortcut"].status is Status.REJECTED
     assert "changes tokens" in verdicts["shortcut"].reason
@@ -310,7 +310,7 @@ def test_more_sequences_per_step_sustain_a_higher_rate(fake_model: Path, tmp_pat
     goal = _goal(fake_model, metric="max_rate",
                  objective={"p99_ttft_ms": 150, "p99_tpot_ms": 60, "attainment": 0.9},
                  traffic={"input_len": 4, "output_len": 4, "num_prompts": 10,
-                          "request_rate": 8.0})
+                          "request_rate": 30.0})
     rates = {}
     for seqs in (1, 8):
         with _serve(fake_model, tmp_path, goal, max_num_seqs=seqs) as server:
