@@ -96,9 +96,7 @@ class EngineProcess:
         launch = self.engine.launch(self.model_dir, self.recipe_file, self.port, self.goal)
         env = {**os.environ, **launch.env}
         with self.log_file.open("wb") as log:
-            shown = self.engine.command_line(self.model_dir, self.recipe_file, self.goal,
-                                             self.port)
-            log.write(f"$ {shown}\n".encode())  # the log says what ran
+            log.write(f"$ {launch.shell()}\n".encode())  # the log says what ran
             log.flush()
             self._process = subprocess.Popen(launch.argv, stdout=log, stderr=subprocess.STDOUT,
                                              env=env, start_new_session=True,

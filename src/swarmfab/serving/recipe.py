@@ -50,11 +50,10 @@ from swarmfab.kernels import (
     full_width_isa,
     host_cpu_flags,
 )
+from swarmfab.serving.engines.base import FORMAT, RECIPE_FILE, load_recipe
 
 __all__ = ["RECIPE_FILE", "Recipe", "engine_space", "kda_champions", "read_recipe"]
 
-RECIPE_FILE = "recipe.json"
-FORMAT = 1
 # a KDA slot's C kernels: (slot, choice) -> the design space's algorithm. Prefill offers
 # both forms: the recurrence ran the small model's prefill shapes (B1-4, T64-1024, 12
 # heads of 64) 2.5-2.8x faster than the chunked form on a 2-core AMD EPYC (AVX-512), and
@@ -237,23 +236,13 @@ def _c_kernel(setting: Mapping[str, Any], cache: Path) -> Any:
 
 def read_recipe(path: Path) -> Recipe:
     """A recipe from ``recipe.json`` or a directory holding one (an exported engine run)."""
-    file = path / RECIPE_FILE if path.is_dir() else path
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise EngineError(f"no recipe at {file}: give an exported engine run's directory "
-                          f"or its {RECIPE_FILE}") from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EngineError(f"recipe {file} cannot be read: {exc}") from exc
-    engine = data.get("engine", "swarmfab") if isinstance(data, dict) else "swarmfab"
-    if engine != "swarmfab":
-        raise EngineError(f"recipe {file} is for the {engine} engine, not swarmfab's: "
+    file, data = load_recipe(path)
+    if data["engine"] != "swarmfab":
+        raise EngineError(f"recipe {file} is for the {data['engine']} engine, not swarmfab's: "
                           "serve it with the serve.sh that `swarmfab export` writes beside "
                           "it, or the engine's own command line")
-    kernels = data.get("kernels", {}) if isinstance(data, dict) else None
-    if not isinstance(data, dict) or data.get("format") != FORMAT \
-            or not isinstance(data.get("settings"), dict) or not isinstance(kernels, dict) \
-            or not all(isinstance(v, dict) for v in kernels.values()):
+    kernels = data.get("kernels", {})
+    if not isinstance(kernels, dict) or not all(isinstance(v, dict) for v in kernels.values()):
         raise EngineError(f"recipe {file} is not a format-{FORMAT} engine recipe "
                           '({"format": 1, "settings": {...}}, optionally "kernels": '
                           '{"decode": {...}})')

@@ -36,8 +36,8 @@ from typing import Any
 from swarmfab.errors import EngineError
 from swarmfab.kernels import DesignSpace, Setting
 
-__all__ = ["RECIPE_FILE", "EngineAdapter", "Launch", "SpaceContext", "read_settings",
-           "recipe_json", "same_batches"]
+__all__ = ["FORMAT", "RECIPE_FILE", "EngineAdapter", "Launch", "SpaceContext", "load_recipe",
+           "read_settings", "recipe_json", "same_batches"]
 
 RECIPE_FILE = "recipe.json"
 FORMAT = 1
@@ -51,6 +51,11 @@ class Launch:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     health: str = "/health"
+
+    def shell(self) -> str:
+        """One shell line: the added environment, then the command."""
+        prefix = [f"{name}={shlex.quote(value)}" for name, value in sorted(self.env.items())]
+        return " ".join([*prefix, shlex.join(self.argv)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +98,7 @@ class EngineAdapter(ABC):
     def command_line(self, model_dir: Path, recipe_file: Path, goal: Any,
                      port: int = 8000) -> str:
         """The launch as one shell line a user can run."""
-        launch = self.launch(model_dir, recipe_file, port, goal)
-        prefix = [f"{name}={shlex.quote(value)}" for name, value in sorted(launch.env.items())]
-        return " ".join([*prefix, shlex.join(launch.argv)])
+        return self.launch(model_dir, recipe_file, port, goal).shell()
 
     def same_under_traffic(self, setting: Setting, other: Setting, goal: Any,
                            model_dir: Path) -> bool:
@@ -121,9 +124,10 @@ def recipe_json(engine: str, settings: Mapping[str, Any]) -> str:
     return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
 
-def read_settings(path: Path, engine: str) -> dict[str, Any]:
-    """The settings of a recipe for ``engine`` (``path``: recipe.json or a directory
-    holding one). A recipe without an "engine" key is the swarmfab engine's."""
+def load_recipe(path: Path) -> tuple[Path, dict[str, Any]]:
+    """The recipe file (``path``: recipe.json or a directory holding one) and its JSON,
+    which names its engine ("swarmfab" when it names none, as the engine's own recipes
+    were written); an EngineError when it cannot be read or is no format-1 recipe."""
     file = path / RECIPE_FILE if path.is_dir() else path
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
@@ -136,7 +140,13 @@ def read_settings(path: Path, engine: str) -> dict[str, Any]:
             or not isinstance(data.get("settings"), dict):
         raise EngineError(f"recipe {file} is not a format-{FORMAT} engine recipe "
                           '({"format": 1, "engine": NAME, "settings": {...}})')
-    named = data.get("engine", "swarmfab")
-    if named != engine:
-        raise EngineError(f"recipe {file} is for the {named!r} engine, not {engine!r}")
+    return file, {**data, "engine": data.get("engine", "swarmfab")}
+
+
+def read_settings(path: Path, engine: str) -> dict[str, Any]:
+    """The settings of a recipe for ``engine`` (:func:`load_recipe`)."""
+    file, data = load_recipe(path)
+    if data["engine"] != engine:
+        raise EngineError(f"recipe {file} is for the {data['engine']!r} engine, not "
+                          f"{engine!r}")
     return dict(data["settings"])

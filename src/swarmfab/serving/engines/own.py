@@ -13,7 +13,7 @@ from typing import Any
 
 from swarmfab.errors import import_extra
 from swarmfab.kernels import DesignSpace, Setting
-from swarmfab.serving.engines.base import EngineAdapter, Launch, SpaceContext
+from swarmfab.serving.engines.base import EngineAdapter, Launch, SpaceContext, same_batches
 
 __all__ = ["OwnEngine", "auto_threads", "same_under_traffic"]
 
@@ -51,12 +51,8 @@ def same_under_traffic(setting: dict[str, Any], other: dict[str, Any], goal: Any
     the same, or differ only in ``max_num_seqs`` while both allow at least the requests
     the traffic keeps in flight (its concurrency), so the scheduler runs the same
     batches either way."""
-    setting, other = (_resolved(s, auto_threads or {}) for s in (setting, other))
-    changed = {k for k in {*setting, *other} if setting.get(k) != other.get(k)}
-    in_flight = goal.traffic.concurrency
-    return not changed or (changed == {"max_num_seqs"} and in_flight is not None and all(
-        isinstance(s.get("max_num_seqs"), int) and s["max_num_seqs"] >= in_flight
-        for s in (setting, other)))
+    return same_batches(_resolved(setting, auto_threads or {}),
+                        _resolved(other, auto_threads or {}), goal)
 
 
 def _resolved(setting: dict[str, Any], auto_threads: dict[str, int]) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +173,3 @@ def _checkpoint_dtype(model_dir: Path) -> str:
     named = str(config.get("dtype") or config.get("torch_dtype") or "float32")
     return {"float": "float32", "half": "float16"}.get(named, named)
 
-
-if __name__ == "__main__":  # python -m swarmfab.serving.engines.vllm: where it looks
-    print(VllmEngine().python(None), file=sys.stdout)
