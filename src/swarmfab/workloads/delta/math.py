@@ -105,10 +105,11 @@ def chunked(
     initial_state: torch.Tensor | None,
     chunk: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The chunked WY/UT form, with every intra-chunk decay taken pairwise.
+    """The chunked WY/UT form, every intra-chunk decay with an exponent <= 0.
 
-    Decays enter as exp(G_i - G_j) with j <= i (never as exp(G_i) * exp(-G_j)), so every
-    exponent is <= 0 and strong decay cannot overflow. Gates below :data:`GATE_FLOOR` are
+    Decays enter as exp(G_i - G_j) with j <= i, or through a token p between them as
+    exp(G_i - G_p) * exp(G_p - G_j) (never as exp(G_i) * exp(-G_j)), so no exponent is
+    positive and strong decay cannot overflow. Gates below :data:`GATE_FLOOR` are
     raised to it: exp(-30) ~ 1e-13 leaves nothing of the state a float holds, and the
     cumulative sums stay finite (an -inf gate, as masking writes, would give
     exp(-inf + inf) = NaN) and small enough to keep their precision.
@@ -124,9 +125,9 @@ def chunked(
         beta = torch.nn.functional.pad(beta, (0, 0, 0, pad))
     chunks = (steps + pad) // chunk
 
-    def split(x: torch.Tensor) -> torch.Tensor:  # [B,T,HV,*] -> [B,HV,N,C,*]
+    def split(x: torch.Tensor) -> torch.Tensor:  # [B,T,HV,*] -> [B,HV,N,C,*], contiguous
         x = x.reshape(batch, chunks, chunk, value_heads, *x.shape[3:])
-        return x.transpose(1, 3).transpose(2, 3)
+        return x.permute(0, 3, 1, 2, *range(4, x.dim())).contiguous()
 
     q, k, v, g = split(q), split(k), split(v), split(g)
     beta = split(beta.unsqueeze(-1)).squeeze(-1)
@@ -137,9 +138,12 @@ def chunked(
     eye = torch.eye(chunk, dtype=v.dtype, device=v.device)
     solve_rhs = torch.diag_embed(beta)
     m = torch.linalg.solve_triangular(eye + strictly_lower, solve_rhs, upper=False)
-    w = m @ (k * cum.exp())
+    growth = cum.exp()  # exp(G_i) <= 1
+    w = m @ (k * growth)
     u = m @ v
-    decay_to_end = (cum[..., -1:, :] - cum).exp()  # exp(G_C - G_i) <= 1
+    q_read = q * (growth * scale)
+    k_written = k * (cum[..., -1:, :] - cum).exp()  # exp(G_C - G_i) <= 1
+    chunk_decay = cum[..., -1, :].exp().unsqueeze(-1)
     state = (
         initial_state.to(v.dtype).clone()
         if initial_state is not None
@@ -148,28 +152,42 @@ def chunked(
     out = torch.empty_like(v)
     for n in range(chunks):
         corrected = u[:, :, n] - w[:, :, n] @ state
-        out[:, :, n] = (q[:, :, n] * scale * cum[:, :, n].exp()) @ state + qk[:, :, n] @ corrected
-        state = state * cum[:, :, n, -1].exp().unsqueeze(-1) + (
-            (k[:, :, n] * decay_to_end[:, :, n]).transpose(-1, -2) @ corrected
-        )
-    out = out.transpose(2, 3).transpose(1, 3).reshape(batch, steps + pad, value_heads, value_dim)
+        out[:, :, n] = q_read[:, :, n] @ state + qk[:, :, n] @ corrected
+        state = state * chunk_decay[:, :, n] + k_written[:, :, n].transpose(-1, -2) @ corrected
+    out = out.permute(0, 2, 3, 1, 4).reshape(batch, steps + pad, value_heads, value_dim)
     return out[:, :steps].contiguous(), state
 
 
 def _intra_chunk_scores(
-    q: torch.Tensor, k: torch.Tensor, cum: torch.Tensor
+    q: torch.Tensor, k: torch.Tensor, cum: torch.Tensor, block: int = 4
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row i of k_i.(k_j * exp(G_i - G_j)) and q_i.(k_j * exp(G_i - G_j)) for j <= i.
+    """k_i.(k_j * exp(G_i - G_j)) and q_i.(k_j * exp(G_i - G_j)) for j <= i.
 
-    One row at a time keeps memory at the size of k; the mask is applied before the
-    exponent so the (positive) exponents of j > i are never evaluated.
+    Rows go ``block`` at a time. Within a block every pair's decay is taken whole, the
+    mask applied before the exponent (the positive exponents of j > i are never
+    evaluated). The columns before the block go through the token p just before it,
+    exp(G_i - G_j) = exp(G_i - G_p) * exp(G_p - G_j): with G non-increasing both factors
+    are <= 1 for j <= p < i, so neither overflows, and one that underflows stands for a
+    product smaller still. That part is a matrix product; small blocks keep the pairwise
+    part's temporaries in cache (4 rows: 2.5x the speed of one row at a time at B4
+    T1024 HV16 K128, and of blocks of 16).
     """
     chunk = cum.shape[-2]
     kk = q.new_zeros(*cum.shape[:-1], chunk)
     qk = q.new_zeros(*cum.shape[:-1], chunk)
-    for i in range(chunk):
-        diff = cum[..., i : i + 1, :] - cum[..., : i + 1, :]  # [..., j<=i, K], all <= 0
-        k_decayed = k[..., : i + 1, :] * diff.exp()
-        kk[..., i, : i + 1] = torch.einsum("...k,...jk->...j", k[..., i, :], k_decayed)
-        qk[..., i, : i + 1] = torch.einsum("...k,...jk->...j", q[..., i, :], k_decayed)
+    for start in range(0, chunk, block):
+        rows = slice(start, min(start + block, chunk))
+        size = rows.stop - start
+        diff = cum[..., rows, None, :] - cum[..., None, rows, :]  # [..., i, j, K]
+        above = torch.ones(size, size, dtype=torch.bool, device=cum.device).triu(1)
+        decay = diff.masked_fill(above.unsqueeze(-1), -torch.inf).exp()  # j > i: 0
+        k_decayed = k[..., None, rows, :] * decay
+        kk[..., rows, rows] = (k[..., rows, None, :] * k_decayed).sum(-1)
+        qk[..., rows, rows] = (q[..., rows, None, :] * k_decayed).sum(-1)
+        if start:
+            pivot = cum[..., start - 1 : start, :]
+            to_row = (cum[..., rows, :] - pivot).exp()  # exp(G_i - G_p) <= 1
+            earlier = (k[..., :start, :] * (pivot - cum[..., :start, :]).exp()).transpose(-1, -2)
+            kk[..., rows, :start] = (k[..., rows, :] * to_row) @ earlier
+            qk[..., rows, :start] = (q[..., rows, :] * to_row) @ earlier
     return kk, qk
