@@ -103,8 +103,9 @@ def test_on_a_device_the_baselines_jobs_are_part_of_the_estimate(tmp_path: Path)
 
 def test_timing_the_baselines_stops_at_the_budgets_end_with_the_reason(tmp_path: Path) -> None:
     """On a device no estimate is made (fla autotunes at its first call): the setup's
-    baseline timings stop at the budget's end instead of running past it."""
-    goal = _goal(shapes=[{"B": 1, "T": 2048, "H": 4, "K": 64, "V": 64}])
+    baseline timings stop at the budget's end instead of running past it. (The shape is
+    long enough that no host times its baselines within the half second.)"""
+    goal = _goal(shapes=[{"B": 1, "T": 8192, "H": 4, "K": 64, "V": 64}])
     setup = _setup(goal, Store(tmp_path / "x.db"), tmp_path, [])
     setup.evaluator.prepare()  # the references: computed before the budget's end
     started = time.monotonic()
@@ -112,10 +113,10 @@ def test_timing_the_baselines_stops_at_the_budgets_end_with_the_reason(tmp_path:
         setup._calibrate(deadline=started + 0.5)
     assert time.monotonic() - started < 0.5 + 10  # the jobs' own ending, not their limit
     message = str(stopped.value)
-    assert message.startswith("the setup did not fit the budget: timing B1 T2048 H4 K64 V64 "
+    assert message.startswith("the setup did not fit the budget: timing B1 T8192 H4 K64 V64 "
                               "was stopped at the deadline")
     assert "give a larger budget" in message
-    with pytest.raises(DeadlineError, match="no time was left to time B1 T2048"):
+    with pytest.raises(DeadlineError, match="no time was left to time B1 T8192"):
         setup._calibrate(deadline=time.monotonic())
 
 
