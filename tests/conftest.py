@@ -27,6 +27,13 @@ forkserver and every run a test starts inherit it. The tests of the protocol its
 marked ``full_timing_protocol`` and time as a user's run does;
 ``SWARMFAB_TIMING_PROTOCOL=full make test`` times every test so.
 
+Likewise ``SWARMFAB_BATTERY=test`` runs the delta rule's battery with its one large case
+(a 1,024-token prefill) at 130 tokens, every property it tests kept (see
+:mod:`swarmfab.workloads.delta.battery`). The tests of the verifier itself (those under
+``tests/redteam``, ``tests/verify`` and ``tests/evaluation``, and any marked
+``full_battery``) meet the whole battery; ``SWARMFAB_BATTERY=full make test`` gives it to
+every test.
+
 The work starts in descending order of its time in the last recorded run
 (``tests/durations.json``, each test's seconds; ``--store-durations`` records them again),
 and ``make test`` hands each pytest-xdist worker one unit at a time: a module, or, for a
@@ -58,10 +65,12 @@ from swarmfab.kernels._host import all_isa_names, isa_targets
 from swarmfab.measure.timer import PROTOCOL_ENV
 from swarmfab.records import Candidate
 from swarmfab.workloads import design_space
+from swarmfab.workloads.delta.battery import BATTERY_ENV
 from swarmfab.workloads.delta.kda import KDA
 
 torch.set_num_threads(1)
 os.environ.setdefault(PROTOCOL_ENV, "test")  # before any forkserver or run starts
+os.environ.setdefault(BATTERY_ENV, "test")
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -81,6 +90,8 @@ FULL_PROTOCOL = "full_timing_protocol"
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{FULL_PROTOCOL}: tests the timing protocol itself: "
                             f"timed as a user's run is ({PROTOCOL_ENV} unset)")
+    config.addinivalue_line("markers", f"{FULL_BATTERY}: tests the verifier: the whole "
+                            f"battery, as a user's verification meets it ({BATTERY_ENV} unset)")
 
 
 @pytest.fixture(autouse=True)
@@ -89,6 +100,21 @@ def _timing_protocol(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     starts); every other test keeps the session's (the module's doc)."""
     if request.node.get_closest_marker(FULL_PROTOCOL) is not None:
         monkeypatch.delenv(PROTOCOL_ENV, raising=False)
+
+
+# -- the battery ---------------------------------------------------------------------
+FULL_BATTERY = "full_battery"
+VERIFIER_TESTS = ("redteam", "verify", "evaluation")  # directories under tests/
+
+
+@pytest.fixture(autouse=True)
+def _battery(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole battery for the verifier's tests (and whatever they start); every other
+    test keeps the session's (the module's doc)."""
+    under = Path(str(request.node.path)).relative_to(Path(__file__).parent).parts[0]
+    if under in VERIFIER_TESTS or request.node.get_closest_marker(FULL_BATTERY) is not None:
+        if os.environ.get(BATTERY_ENV, "").strip().lower() == "test":
+            monkeypatch.delenv(BATTERY_ENV)
 
 
 # -- the order work starts in --------------------------------------------------------

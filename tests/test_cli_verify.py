@@ -85,6 +85,7 @@ def test_verify_on_a_champions_own_source_names_the_champion(tmp_path: Path) -> 
 
 @needs_cc
 @pytest.mark.slow  # the whole verification battery, in bfloat16
+@pytest.mark.full_battery
 def test_verify_in_bfloat16_judges_the_c_kernel_with_the_bfloat16_inputs(tmp_path: Path) -> None:
     champion = _champion()
     source = tmp_path / champion.entry

@@ -32,6 +32,23 @@ def test_the_delta_battery_reaches_what_real_use_does() -> None:
     assert {1, 2} <= {case.threads for case in cases}
 
 
+def test_a_test_sized_battery_keeps_every_property_but_the_length(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from swarmfab.workloads.delta.battery import BATTERY_ENV
+
+    full = get_workload("kda").battery_cases(threads=2)
+    monkeypatch.setenv(BATTERY_ENV, "test")
+    sized = get_workload("kda").battery_cases(threads=2)
+    changed = [(a, b) for a, b in zip(full, sized, strict=True) if a != b]
+    assert len(changed) == 1  # the prefill, and nothing else
+    [(prefill, small)] = changed
+    assert "test-sized" in small.name and "test-sized" not in prefill.name
+    assert dataclasses.replace(small.shape, T=prefill.shape.T) == prefill.shape
+    assert 128 < small.shape.T < prefill.shape.T  # past the tiles of 64 and 128
+    assert small.seed == prefill.seed and small.distribution == prefill.distribution
+
+
 def test_extreme_gates_and_betas_are_drawn_as_asked() -> None:
     kda = get_workload("kda")
     shape = Shape(1, 40, 1, 2, 8, 8)

@@ -16,23 +16,41 @@ refreshed, and in ``swarmfab verify``:
 - packed sequences (``cu_seqlens``): 48 of 4 tokens beside one of 1,024, each from its
   own state;
 - threads: one, two and the evaluator's, each call repeated and compared bit for bit.
+
+``SWARMFAB_BATTERY=test`` (:data:`BATTERY_ENV`; the suite sets it for tests that are not
+about the verifier, as it sizes timings) runs the prefill at 130 tokens instead of 1,024,
+every other property of that case kept: 64 pairs with grouped values, past the tile
+boundaries at 64 and 128. It is the one case that takes seconds; its name says
+"test-sized", so a verdict shows which battery judged it.
 """
 
 from __future__ import annotations
 
+import os
+
 from swarmfab.workloads._base import Case, Distribution, Shape
 
-__all__ = ["battery_cases"]
+__all__ = ["BATTERY_ENV", "battery_cases"]
 
+BATTERY_ENV = "SWARMFAB_BATTERY"
 _SEED = 50_000  # away from the corpus's and fuzzing's seeds
+
+
+def _prefill() -> Case:
+    """The largest case, at a test's size where :data:`BATTERY_ENV` asks (read at each
+    call: a test of the verifier unsets it)."""
+    if os.environ.get(BATTERY_ENV, "").strip().lower() == "test":
+        return Case("battery: prefill B4 T130 H4/HV16 K128 (test-sized)",
+                    Shape(4, 130, 4, 16, 128, 128, True), seed=_SEED)
+    return Case("battery: prefill B4 T1024 H4/HV16 K128", Shape(4, 1024, 4, 16, 128, 128, True),
+                seed=_SEED)
 
 
 def battery_cases(threads: int) -> list[Case]:
     """The battery for a goal run on ``threads`` threads (the evaluator's count)."""
     mid = Shape(B=2, T=300, H=2, HV=4, K=128, V=128, initial_state=True)
     cases = [
-        Case("battery: prefill B4 T1024 H4/HV16 K128", Shape(4, 1024, 4, 16, 128, 128, True),
-             seed=_SEED),
+        _prefill(),
         Case("battery: decode in place, 384 pairs", Shape(96, 1, 2, 4, 128, 128, True,
                                                           pool=128), seed=_SEED + 1),
         Case("battery: gates exactly 0 over 1024 tokens", Shape(1, 1024, 2, 2, 128, 128),
