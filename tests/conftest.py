@@ -112,9 +112,9 @@ def _battery(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     """The whole battery for the verifier's tests (and whatever they start); every other
     test keeps the session's (the module's doc)."""
     under = Path(str(request.node.path)).relative_to(Path(__file__).parent).parts[0]
-    if under in VERIFIER_TESTS or request.node.get_closest_marker(FULL_BATTERY) is not None:
-        if os.environ.get(BATTERY_ENV, "").strip().lower() == "test":
-            monkeypatch.delenv(BATTERY_ENV)
+    verifier = under in VERIFIER_TESTS or request.node.get_closest_marker(FULL_BATTERY)
+    if verifier and os.environ.get(BATTERY_ENV, "").strip().lower() == "test":
+        monkeypatch.delenv(BATTERY_ENV)
 
 
 # -- the order work starts in --------------------------------------------------------
