@@ -189,6 +189,18 @@ def test_vllm_launch_carries_every_knob(tmp_path: Path, monkeypatch: pytest.Monk
     assert launch.env == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     # a model length the prompts, outputs and verification prompts fit in
     assert model_len(goal) % 256 == 0 and model_len(goal) >= 2 * 8 + goal.verify_tokens
+    # a traffic the model's positions do not hold is refused before any launch
+    assert engine.unservable(model, goal) == ""  # config.json names no limit
+    config = {"vocab_size": 64, "dtype": "float32", "max_position_embeddings": 512}
+    (model / "config.json").write_text(json.dumps(config))
+    long = goal.model_copy(update={"traffic": goal.traffic.model_copy(
+        update={"input_len": 200, "range_ratio": 0.5})})
+    assert model_len(long) > 512 and model_len(goal) <= 512
+    refused = engine.unservable(model, long)
+    assert "512 positions" in refused and f"{model_len(long)} tokens" in refused
+    assert "input_len" in refused and engine.unservable(model, goal) == ""
+    (model / "config.json").write_text(json.dumps({**config, "rope_scaling": {"factor": 4}}))
+    assert engine.unservable(model, long) == ""  # stretched: vLLM's own judgement
     # a setting vLLM refuses at start is judged without one
     assert "below the model length" in engine.refuses(
         {**setting, "max_num_batched_tokens": 128}, goal.model_copy(

@@ -115,6 +115,9 @@ def run_engine_goal(goal: EngineGoal, store: Store, workdir: Path, log: Log,
     if missing:
         raise EngineError(missing)
     model_dir = goal.model_dir(workdir / "checkpoints")
+    refused = engine.unservable(model_dir, goal)
+    if refused:
+        raise EngineError(refused)
     host = host_record(goal.threads, "c")
     space = engine.space(SpaceContext(goal, model_dir, host, store if use_lessons else None))
     label = goal.run_label(parameter_count(model_dir))

@@ -81,6 +81,12 @@ class EngineAdapter(ABC):
         """Why the engine cannot run here ("" when it can), with what to do about it."""
         return ""
 
+    def unservable(self, model_dir: Path, goal: Any) -> str:
+        """Why the engine would refuse to serve ``model_dir`` for the goal's traffic
+        whatever the recipe ("" when it would not), with what to change: judged from the
+        checkpoint before any server starts."""
+        return ""
+
     @abstractmethod
     def space(self, context: SpaceContext) -> DesignSpace:
         """The engine's knobs for this goal and host; its default is the engine's

@@ -74,6 +74,18 @@ class VllmEngine(EngineAdapter):
             return f"{python} has no vllm package: {how}"
         return ""
 
+    def unservable(self, model_dir: Path, goal: Any) -> str:
+        length, limit = model_len(goal), _positions(model_dir)
+        if limit is None or length <= limit:
+            return ""
+        traffic = goal.traffic
+        return (f"vLLM would refuse {model_dir.name} for this traffic: it needs a model "
+                f"length of {length} tokens (the longest prompt and output, and the "
+                f"verification prompts of up to twice the longest input, "
+                f"{int(2 * traffic.input_len * (1 + traffic.range_ratio) + 1)} tokens, plus "
+                f"{goal.verify_tokens} generated), over the {limit} positions its "
+                "config.json allows; lower the traffic's input_len or range_ratio")
+
     def space(self, context: SpaceContext) -> DesignSpace:
         own = _checkpoint_dtype(context.model_dir)
         dtypes = (own, "bfloat16") if host_cpu_flags() & BF16_FLAGS and own != "bfloat16" \
@@ -162,6 +174,26 @@ def model_len(goal: Any) -> int:
     verifying = int(2 * traffic.input_len * spread + 1) + goal.verify_tokens
     longest = max(longest, verifying)  # the verification prompts (evaluate.verify_prompts)
     return -(-longest // 256) * 256
+
+
+# where a checkpoint's config.json states how many positions the model holds (vLLM takes
+# the smallest stated); a rope_scaling entry stretches it, so then nothing is judged here
+_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                  "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def _positions(model_dir: Path) -> int | None:
+    """The positions the checkpoint's config.json allows; None where it does not say, or
+    where rope scaling extends them."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(config, dict) or config.get("rope_scaling"):
+        return None
+    stated = [int(config[key]) for key in _POSITION_KEYS
+              if isinstance(config.get(key), int | float) and config[key] > 0]
+    return min(stated) if stated else None
 
 
 def _checkpoint_dtype(model_dir: Path) -> str:
