@@ -112,9 +112,8 @@ def _battery(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     """The whole battery for the verifier's tests (and whatever they start); every other
     test keeps the session's (the module's doc)."""
     under = Path(str(request.node.path)).relative_to(Path(__file__).parent).parts[0]
-    verifier = under in VERIFIER_TESTS or request.node.get_closest_marker(FULL_BATTERY)
-    if verifier and os.environ.get(BATTERY_ENV, "").strip().lower() == "test":
-        monkeypatch.delenv(BATTERY_ENV)
+    if under in VERIFIER_TESTS or request.node.get_closest_marker(FULL_BATTERY) is not None:
+        monkeypatch.delenv(BATTERY_ENV, raising=False)  # unset: the whole battery
 
 
 # -- the order work starts in --------------------------------------------------------

@@ -78,13 +78,12 @@ class VllmEngine(EngineAdapter):
         length, limit = model_len(goal), _positions(model_dir)
         if limit is None or length <= limit:
             return ""
-        traffic = goal.traffic
         return (f"vLLM would refuse {model_dir.name} for this traffic: it needs a model "
                 f"length of {length} tokens (the longest prompt and output, and the "
                 f"verification prompts of up to twice the longest input, "
-                f"{int(2 * traffic.input_len * (1 + traffic.range_ratio) + 1)} tokens, plus "
-                f"{goal.verify_tokens} generated), over the {limit} positions its "
-                "config.json allows; lower the traffic's input_len or range_ratio")
+                f"{_verification_prompt(goal)} tokens, plus {goal.verify_tokens} "
+                f"generated), over the {limit} positions its config.json allows; lower the "
+                "traffic's input_len or range_ratio")
 
     def space(self, context: SpaceContext) -> DesignSpace:
         own = _checkpoint_dtype(context.model_dir)
@@ -171,9 +170,24 @@ def model_len(goal: Any) -> int:
     longest = int(traffic.input_len * spread + 1) + int(traffic.output_len * spread + 1)
     for prompt, output in traffic.dataset():
         longest = max(longest, len(prompt) + output)  # text: a token per character at most
-    verifying = int(2 * traffic.input_len * spread + 1) + goal.verify_tokens
+    verifying = _verification_prompt(goal) + goal.verify_tokens
     longest = max(longest, verifying)  # the verification prompts (evaluate.verify_prompts)
     return -(-longest // 256) * 256
+
+
+def _verification_prompt(goal: Any) -> int:
+    """At least the longest verification prompt (evaluate.verify_prompts): twice the
+    traffic's longest input."""
+    return int(2 * goal.traffic.input_len * (1 + goal.traffic.range_ratio) + 1)
+
+
+def _config(model_dir: Path) -> dict[str, Any]:
+    """The checkpoint's config.json; empty where it cannot be read as an object."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 # where a checkpoint's config.json states how many positions the model holds (vLLM takes
@@ -185,11 +199,8 @@ _POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_
 def _positions(model_dir: Path) -> int | None:
     """The positions the checkpoint's config.json allows; None where it does not say, or
     where rope scaling extends them."""
-    try:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    if not isinstance(config, dict) or config.get("rope_scaling"):
+    config = _config(model_dir)
+    if config.get("rope_scaling"):
         return None
     stated = [int(config[key]) for key in _POSITION_KEYS
               if isinstance(config.get(key), int | float) and config[key] > 0]
@@ -198,10 +209,7 @@ def _positions(model_dir: Path) -> int | None:
 
 def _checkpoint_dtype(model_dir: Path) -> str:
     """The checkpoint's dtype as vLLM names it (float32 when the config says nothing)."""
-    try:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return "float32"
+    config = _config(model_dir)
     named = str(config.get("dtype") or config.get("torch_dtype") or "float32")
     return {"float": "float32", "half": "float16"}.get(named, named)
 

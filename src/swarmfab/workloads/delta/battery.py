@@ -39,11 +39,10 @@ _SEED = 50_000  # away from the corpus's and fuzzing's seeds
 def _prefill() -> Case:
     """The largest case, at a test's size where :data:`BATTERY_ENV` asks (read at each
     call: a test of the verifier unsets it)."""
-    if os.environ.get(BATTERY_ENV, "").strip().lower() == "test":
-        return Case("battery: prefill B4 T130 H4/HV16 K128 (test-sized)",
-                    Shape(4, 130, 4, 16, 128, 128, True), seed=_SEED)
-    return Case("battery: prefill B4 T1024 H4/HV16 K128", Shape(4, 1024, 4, 16, 128, 128, True),
-                seed=_SEED)
+    sized = os.environ.get(BATTERY_ENV, "").strip().lower() == "test"
+    tokens = 130 if sized else 1024
+    return Case(f"battery: prefill B4 T{tokens} H4/HV16 K128{' (test-sized)' if sized else ''}",
+                Shape(4, tokens, 4, 16, 128, 128, True), seed=_SEED)
 
 
 def battery_cases(threads: int) -> list[Case]:
