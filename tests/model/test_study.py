@@ -115,6 +115,43 @@ def test_the_profile_names_each_part_its_calls_and_share(llama: Path) -> None:
     assert mlp.calls == 2 * 4 and mlp.args[0].shape == (2, 16, 64)
 
 
+def test_a_run_interrupted_between_parts_moves_no_share() -> None:
+    """A short phase that the scheduler interrupts loses a time slice inside a part or
+    between parts; the shares come from the fastest run, the undisturbed one."""
+    from swarmfab.model.target import Phase
+
+    class Slow(torch.nn.Module):  # a part of 2 ms
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(64, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            time.sleep(0.002)
+            return self.linear(x)
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.ModuleDict({"slow": Slow()})])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layers[0]["slow"](x)
+
+    runs = []
+
+    def call(model: torch.nn.Module) -> None:
+        runs.append(1)
+        if len(runs) == 3:  # the first timed run: a time slice lost between the parts
+            time.sleep(0.05)
+        model(torch.randn(4, 64))
+
+    profile = profile_phase(Model(), Phase("prefill", "prefill", call), repeats=2)
+    assert len(runs) >= 4  # a phase of milliseconds runs more than twice
+    [slow] = profile.parts
+    assert slow.class_name == "Slow" and slow.calls == 1 and slow.seconds >= 0.002
+    assert profile.covered > 0.5, profile.covered  # 0.14 with the interrupted run counted
+
+
 def test_extracted_parts_are_problems_the_verifier_accepts_with_the_original(
         llama: Path, tmp_path: Path) -> None:
     target = load_target(str(llama))

@@ -6,14 +6,19 @@ outside the layers that holds parameters of its own (embeddings, the final norm,
 head). Instances with the same class and parameter shapes are one part: one problem
 file, one champion, swapped into every instance.
 
-Each phase runs once to warm up, then ``repeats`` times with forward hooks timing every
-part's calls (inclusive wall time, the hooks' own cost included in the phase's total),
-and once under the PyTorch profiler for the operator table. A part's share is its time
-over the phase's; what no part covers is the rest (glue, sampling, Python).
+Each phase runs once to warm up, then ``repeats`` times (more for a short phase: at
+least :data:`MIN_PROFILED_S` of runs, at most :data:`MAX_REPEATS`) with forward hooks
+timing every part's calls (inclusive wall time, the hooks' own cost included in the
+phase's total), and once under the PyTorch profiler for the operator table. A part's
+share is its time over the phase's in the fastest run, the one least disturbed by other
+processes: a phase of a millisecond that the scheduler interrupts loses a time slice of
+several, inside a part or between parts, and one such run would move every share. What
+no part covers is the rest (glue, sampling, Python).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -25,6 +30,8 @@ import torch
 from swarmfab.model.target import Phase
 
 SLOW_PHASE_S = 1.0  # a phase whose warm run took longer is profiled once
+MIN_PROFILED_S = 0.05  # a shorter phase runs more often, to find an undisturbed run
+MAX_REPEATS = 25
 
 __all__ = ["ArgumentSpec", "OperatorTime", "PartProfile", "PhaseProfile", "find_parts",
            "profile_phase"]
@@ -136,8 +143,11 @@ def profile_phase(model: torch.nn.Module, phase: Phase, repeats: int = 3,
     parts = find_parts(model)
     began = time.perf_counter()
     phase.call(model)  # warm: first-call allocations, lazy initialisation
-    if time.perf_counter() - began > SLOW_PHASE_S:
+    warm = time.perf_counter() - began
+    if warm > SLOW_PHASE_S:
         repeats = 1  # a slow phase's shares are steady over one run
+    elif warm * repeats < MIN_PROFILED_S:
+        repeats = min(MAX_REPEATS, max(repeats, math.ceil(MIN_PROFILED_S / max(warm, 1e-6))))
     profiles = {key: PartProfile(key, type(instances[0][1]).__name__,
                                  [path for path, _ in instances])
                 for key, instances in parts.items()}
@@ -150,23 +160,24 @@ def profile_phase(model: torch.nn.Module, phase: Phase, repeats: int = 3,
                 _before(profiles[key], started), with_kwargs=True))
             handles.append(module.register_forward_hook(
                 _after(profiles[key], started, spent)))
-    walls = []
+    runs: list[tuple[float, dict[str, float]]] = []  # each run's wall time and parts' times
     try:
         for _ in range(repeats):
+            spent.clear()
             began = time.perf_counter()
             phase.call(model)
-            walls.append(time.perf_counter() - began)
+            runs.append((time.perf_counter() - began, dict(spent)))
     finally:
         for handle in handles:
             handle.remove()
-    total = sum(walls)
+    fastest, times = min(runs, key=lambda run: run[0])
     for key, profile in profiles.items():
-        profile.seconds = spent[key] / repeats
+        profile.seconds = times.get(key, 0.0)
         profile.calls //= repeats
-        profile.share = spent[key] / total if total else 0.0
-    wall = sorted(walls)[len(walls) // 2]
+        profile.share = profile.seconds / fastest if fastest else 0.0
+    walls = sorted(wall for wall, _ in runs)
     ordered = sorted(profiles.values(), key=lambda p: -p.seconds)
-    return PhaseProfile(phase.name, phase.label, wall, ordered,
+    return PhaseProfile(phase.name, phase.label, walls[len(walls) // 2], ordered,
                         _operators(model, phase, top_operators))
 
 
