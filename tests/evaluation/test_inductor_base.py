@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import getpass
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,3 +49,39 @@ def test_a_compiling_job_builds_no_precompiled_header_of_its_own(tmp_path: Path)
     assert headers, "the job compiled without any precompiled header"
     built = [name for name, linked in headers.items() if not linked]
     assert not built, f"the job built its own precompiled header(s): {built}"
+
+
+# base_cache with the warming itself replaced by a slow stand-in that logs each call
+TWO_AT_ONCE = """
+import shutil, sys, time
+from pathlib import Path
+from swarmfab.evaluation import _inductor_base as base
+
+def warm(scratch, final, cores, user):
+    with open(sys.argv[2], "a") as log:
+        log.write("warmed\\n")
+    time.sleep(1.5)
+    (scratch / base._READY).write_text("stand-in")
+    if final.exists():  # as the real one does: another process finished first
+        shutil.rmtree(scratch)
+    else:
+        scratch.rename(final)
+    return final
+
+base._warm = warm
+print(base.base_cache(Path(sys.argv[1])))
+"""
+
+
+def test_processes_that_need_the_base_cache_at_once_warm_it_once(tmp_path: Path) -> None:
+    """Two runs started together on a fresh host (or two test workers) would each spend
+    20-40 s of both cores warming the same cache; the second waits for the first."""
+    log = tmp_path / "warmed.log"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    runs = [subprocess.Popen([sys.executable, "-c", TWO_AT_ONCE, str(tmp_path / "cache"),
+                              str(log)], env=env, stdout=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    places = {run.communicate(timeout=120)[0].strip() for run in runs}
+    assert [run.returncode for run in runs] == [0, 0]
+    assert len(places) == 1 and (Path(places.pop()) / "READY").exists()
+    assert log.read_text().splitlines() == ["warmed"]

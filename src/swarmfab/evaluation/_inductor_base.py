@@ -20,6 +20,7 @@ baseline) would load.
 
 from __future__ import annotations
 
+import fcntl
 import getpass
 import hashlib
 import os
@@ -67,7 +68,8 @@ for cpp_wrapper in (False, True):
 
 
 def base_cache(cache_dir: Path, cores: tuple[int, ...] = (), user: str = "") -> Path | None:
-    """The warm base cache (made on first use, ~20-40 s, on ``cores`` where given):
+    """The warm base cache (made on first use, ~20-40 s, on ``cores`` where given, by
+    one process at a time: another that needs it meanwhile waits, then takes it):
     in the user's cache, so every working directory on this host shares one, else under
     ``cache_dir``; None where it cannot be made (jobs then start cold). One per torch
     installation: the precompiled headers are only valid for the include paths they were
@@ -90,10 +92,20 @@ def base_cache(cache_dir: Path, cores: tuple[int, ...] = (), user: str = "") -> 
         for final in places:
             try:
                 final.parent.mkdir(parents=True, exist_ok=True)
-                scratch = Path(tempfile.mkdtemp(prefix="warming-", dir=final.parent))
+                lock = os.open(final.parent / f"{final.name}.lock", os.O_RDWR | os.O_CREAT,
+                               0o666)
             except OSError:
                 continue  # not writable: the next place
-            return _warm(scratch, final, cores, user)
+            try:  # one process warms; the others wait for it and take its cache
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if (final / _READY).exists():
+                    return final
+                scratch = Path(tempfile.mkdtemp(prefix="warming-", dir=final.parent))
+                return _warm(scratch, final, cores, user)
+            except OSError:
+                continue
+            finally:
+                os.close(lock)  # and with it the lock
     return None
 
 
