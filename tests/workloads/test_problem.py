@@ -6,6 +6,7 @@ import json
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,8 +15,9 @@ from typer.testing import CliRunner
 from swarmfab.cli import app
 from swarmfab.errors import CandidateError, GoalError, WorkloadError
 from swarmfab.goal import default_goal
-from swarmfab.kernels import DesignSpace
+from swarmfab.kernels import BF16_FLAGS, DesignSpace
 from swarmfab.kernels.gemm import onednn_available, onednn_clearly_faster
+from swarmfab.kernels.module import BF16_MIN_ROWS, module_space
 from swarmfab.workloads import Case, Dims, design_space, get_workload
 from swarmfab.workloads.problem.sizes import (
     fit_to_host,
@@ -262,6 +264,27 @@ def test_eager_setting_runs_and_matches(problem_file: Path) -> None:
         with torch.no_grad():
             out = problem.call(namespace["ModelNew"], inputs)["out"]
         assert torch.allclose(out.double(), problem.reference(inputs)["out"], atol=1e-5), engine
+
+
+def test_bfloat16_leaves_a_call_of_few_rows_in_float32_and_reads_no_gemm_knob() -> None:
+    """A GEMM of a few rows (a decode step) is memory-bound: float32 is faster there."""
+    space = module_space("linear-relu", PROBLEM, flags=frozenset(BF16_FLAGS))
+    setting = {**_in_this_process(space), "engine": "eager", "precision": "bfloat16"}
+    candidate = space.instantiate(setting, threads=1)
+    if any(knob.name == "gemm" for knob in space.knobs):  # autocast's GEMMs, whichever
+        for gemm in space.knob("gemm").values:
+            assert space.instantiate({**setting, "gemm": gemm}, threads=1).id == candidate.id
+    namespace: dict[str, Any] = {}
+    exec(compile(candidate.sources[candidate.entry], "c", "exec"), namespace)
+    torch.manual_seed(0)
+    model, new = namespace["Model"](64, 128), namespace["ModelNew"](64, 128)
+    new.load_state_dict(model.state_dict())
+    few, many = torch.randn(BF16_MIN_ROWS - 1, 64), torch.randn(2, BF16_MIN_ROWS // 2, 64)
+    with torch.no_grad():
+        assert torch.equal(new(few), model(few))  # float32, the Model's own forward
+        out, expected = new(many), model(many)
+    assert out.dtype == torch.float32 and not torch.equal(out, expected)
+    assert torch.allclose(out, expected, rtol=2e-2, atol=2e-2)  # bfloat16's rounding
 
 
 @pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")

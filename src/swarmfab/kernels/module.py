@@ -11,13 +11,19 @@ frozen, converted) and whose later calls take it. A user can read the file and k
   instead of Python; dynamic shapes or one graph per shape;
 - tiling, ``coordinate_descent``: Inductor's tuning of its kernels' block sizes;
 - layout, ``layout``: channels-last activations and weights (problems with convolutions);
-- library, ``gemm``: the float32 GEMMs (``F.linear``, matmuls by a 2-D matrix) through
-  ATen's BLAS (MKL) or oneDNN, one opaque operator that Inductor fuses around. Which is
+- library, ``gemm`` (not read under bfloat16): the float32 GEMMs (``F.linear``,
+  matmuls by a 2-D matrix) through ATen's BLAS (MKL) or oneDNN, one opaque operator
+  that Inductor fuses around (under bfloat16 autocast it would keep them in float32,
+  so there autocast's bfloat16 GEMMs run instead). Which is
   faster depends on the CPU (:mod:`~swarmfab.kernels.gemm`): the default is the one a
   probe found clearly faster here, and the search may try the other (problems with
   GEMMs, where torch has oneDNN);
 - numerics, ``precision``: bfloat16 autocast, only where the CPU has bfloat16
-  instructions (the verifier holds it to the goal's tolerance);
+  instructions (the verifier holds it to the goal's tolerance), for calls of at least
+  :data:`BF16_MIN_ROWS` rows (the first input's elements over its last axis): a GEMM of
+  a few rows (a decode step) is memory-bound, and there float32 is faster (a dense
+  decoder's MLP at one row: 0.15 ms in float32, 0.25-0.32 ms in bfloat16), so it runs
+  the Model's own forward;
 - parallelism, ``threads``: the benchmark's threads, or one (a small problem pays for
   waking a pool);
 - runtime, ``grad_mode``: ``no_grad`` or ``inference_mode`` around the call;
@@ -45,6 +51,7 @@ from swarmfab.kernels.gemm import onednn_available, onednn_gemm_faster
 __all__ = ["module_space", "render_module"]
 
 ENTRY = "model_new.py"
+BF16_MIN_ROWS = 64  # fewer rows than this run in float32 under precision = bfloat16
 _CONVOLUTION = re.compile(r"\bconv[123]d\b|\bConv[123]d\b|\bconv_transpose[123]d\b"
                           r"|\bConvTranspose[123]d\b")
 _GEMM = re.compile(r"\bmatmul\b|\bmm\b|\blinear\b|\bLinear\b|\w\s*@\s*\w")
@@ -140,6 +147,8 @@ def render_module(source: str, setting: Setting, threads: int) -> str:
         text += RETAIN_SOURCE
     if engine == "jit-freeze":
         text += _EAGER_WRAPPER
+    if shown.get("precision") == "bfloat16":
+        text += _ROWS
     return text
 
 
@@ -148,7 +157,9 @@ def _read_by(engine: str, setting: Setting) -> set[str]:
     read = {"engine", "threads", "grad_mode", "layout", "precision", "allocator"}
     if engine == "inductor":
         read |= {"autotune", "freezing", "cpp_wrapper", "dynamic", "coordinate_descent"}
-    if engine != "jit-freeze":  # a trace would record the oneDNN call with its weights
+    # a trace would record the oneDNN call with its weights; under bfloat16 autocast the
+    # GEMMs are bfloat16 ones (an opaque float32 operator would keep them in float32)
+    if engine != "jit-freeze" and setting.get("precision") != "bfloat16":
         read.add("gemm")
     return read & set(setting)
 
@@ -182,13 +193,18 @@ def _prepare_body(engine: str, shown: Setting) -> list[str]:
     grad = "torch.inference_mode()" if shown.get("grad_mode") == "inference_mode" \
         else "torch.no_grad()"
     bfloat16 = shown.get("precision") == "bfloat16"
+    if bfloat16:
+        body.append("plain = super().forward")
     body += ["", "def run(*inputs):"]
     if channels_last:
         body += ["    inputs = [x.contiguous(memory_format=torch.channels_last)",
                  "              if isinstance(x, torch.Tensor) and x.dim() == 4 else x",
                  "              for x in inputs]"]
     if bfloat16:
-        body += [f"    with {grad}, torch.autocast('cpu', dtype=torch.bfloat16):",
+        body += [f"    if _rows(inputs) < {BF16_MIN_ROWS}:  # memory-bound: float32 is faster",
+                 f"        with {grad}:",
+                 "            return plain(*inputs)",
+                 f"    with {grad}, torch.autocast('cpu', dtype=torch.bfloat16):",
                  "        out = fast(*inputs)",
                  "    if isinstance(out, tuple):",
                  "        return tuple(o.float() for o in out)",
@@ -198,6 +214,16 @@ def _prepare_body(engine: str, shown: Setting) -> list[str]:
     body += ["", "return run"]
     return body
 
+
+_ROWS = '''
+
+def _rows(inputs):
+    """The rows of the first tensor input: its elements over its last axis."""
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            return x.numel() // x.shape[-1] if x.dim() >= 2 and x.shape[-1] else x.numel()
+    return 0
+'''
 
 _EAGER_WRAPPER = '''
 
