@@ -30,7 +30,7 @@ from swarmfab.model import (
     study,
 )
 from swarmfab.model.assemble import time_side_by_side
-from swarmfab.model.study import DEFAULT_TOLERANCES
+from swarmfab.model.study import BF16_TOLERANCES, DEFAULT_TOLERANCES
 from swarmfab.records import Candidate
 from swarmfab.report.model_report import write_model_report
 
@@ -52,6 +52,14 @@ class ModelNew(Model):
     def forward(self, *inputs):
         out = super().forward(*inputs)
         return out * 1.5 if inputs[0].shape[1] == 1 else out
+'''
+# the MLP computed in bfloat16: a reduced-precision part
+BF16_MLP = '''
+
+class ModelNew(Model):
+    def forward(self, *inputs):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return super().forward(*inputs).float()
 '''
 # a champion that cannot run inside the model at all
 RAISES = '''
@@ -213,6 +221,42 @@ def test_a_crowned_part_runs_inside_the_model_and_the_model_checks(
     [prefill, _] = phases_of(target, tokens=32, batch=1, new_tokens=4)
     timing = time_side_by_side(target.module, prefill, patched, rounds=3)
     assert timing.rounds == 3 and timing.speedup.low <= timing.speedup.median
+
+
+def test_a_part_in_bfloat16_is_judged_on_logits_and_a_wrong_step_still_fails(
+        llama: Path, tmp_path: Path) -> None:
+    target = load_target(str(llama))
+    part, instances = _mlp(target)
+    problem = extract_part(part, instances[0][1], target.module.config, tmp_path, 1, "t").path
+    assert problem is not None
+    reduced = Patched(target.module)
+    reduced.add(_champion(problem, BF16_MLP), instances)
+    strict = check_end_to_end(target, reduced, DEFAULT_TOLERANCES)
+    assert not strict.passed and strict.rms_ratio > DEFAULT_TOLERANCES.rms_ratio
+    check = check_end_to_end(target, reduced, BF16_TOLERANCES, same_tokens_required=False)
+    assert check.passed, check.detail
+    assert "not required: parts in reduced precision are judged on logits" in check.detail
+    assert Options(precision="bfloat16").limits == BF16_TOLERANCES
+    assert Options().limits == DEFAULT_TOLERANCES
+    # the decode steps' logits are still compared, up to the first token that differs
+    wrong = Patched(target.module)
+    wrong.add(_champion(problem, WRONG_AT_ONE_TOKEN), instances)
+    caught = check_end_to_end(target, wrong, BF16_TOLERANCES, same_tokens_required=False)
+    assert not caught.passed and caught.rms_ratio > BF16_TOLERANCES.rms_ratio, caught.detail
+
+
+def test_bfloat16_is_refused_by_name_where_the_cpu_lacks_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import swarmfab.kernels
+
+    (tmp_path / "net.py").write_text(FACTORY)
+    monkeypatch.setattr(swarmfab.kernels, "host_cpu_flags", lambda: frozenset({"avx2"}))
+    done = CliRunner().invoke(app, ["model", f"{tmp_path / 'net.py'}:make",
+                                    "--precision", "bfloat16", "--out", str(tmp_path / "o")])
+    assert done.exit_code == 2 and "no bfloat16 instructions" in done.output, done.output
+    done = CliRunner().invoke(app, ["model", f"{tmp_path / 'net.py'}:make",
+                                    "--precision", "float16", "--out", str(tmp_path / "o")])
+    assert done.exit_code == 2 and "one of float32, bfloat16" in done.output, done.output
 
 
 def test_a_part_wrong_only_inside_the_model_is_dropped_by_the_end_to_end_check(

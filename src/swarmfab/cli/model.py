@@ -50,6 +50,10 @@ def model(
                    ] = Path("swarmfab-model"),
     profile_only: Annotated[bool, typer.Option(
         "--profile-only", help="Profile and extract; optimise nothing.")] = False,
+    precision: Annotated[str, typer.Option(
+        help="float32, or bfloat16: parts may compute in bfloat16 (on a CPU with "
+             "bfloat16 instructions), held to bfloat16's tolerances, and the model is "
+             "judged on its logits alone, not its greedy tokens.")] = "float32",
     db: DbOption = DEFAULT_DB,
     workdir: WorkdirOption = Path(".swarmfab"),
     as_json: JsonOption = False,
@@ -65,17 +69,19 @@ def model(
     from swarmfab.model import Options, load_target, study
 
     started = command_started()
+    _check_precision(precision)
     count = threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(count)
     options = Options(budget_s=parse_duration(budget), tokens=prefill, batch=decode_batch,
                       new_tokens=decode_tokens, threads=count, coverage=coverage,
-                      max_parts=max_parts, profile_only=profile_only)
+                      max_parts=max_parts, profile_only=profile_only, precision=precision)
     shown = errors if as_json else console
 
     def log(line: str) -> None:
         shown.print(f"{time.monotonic() - started:6.1f}s {line}", highlight=False)
 
-    factory = _Factory(Store(db), workdir, count, shown, log, out / "operators")
+    factory = _Factory(Store(db), workdir, count, shown, log, out / "operators",
+                       options.limits if precision != "float32" else None)
     loaded = load_target(target)
     log(f"target: {loaded.description}")
     result = study(loaded, options, out, factory, log, started)
@@ -86,6 +92,20 @@ def model(
         print(text)
         return
     _print(result, out)
+
+
+def _check_precision(precision: str) -> None:
+    from swarmfab.kernels import BF16_FLAGS, host_cpu_flags
+    from swarmfab.model.study import PRECISIONS
+
+    if precision not in PRECISIONS:
+        raise typer.BadParameter(f"{precision!r}: one of {', '.join(PRECISIONS)}",
+                                 param_hint="--precision")
+    if precision == "bfloat16" and not host_cpu_flags() & BF16_FLAGS:
+        raise typer.BadParameter(
+            "this CPU has no bfloat16 instructions (none of "
+            f"{', '.join(sorted(BF16_FLAGS))}): its parts would only get slower in "
+            "bfloat16; use --precision float32", param_hint="--precision")
 
 
 def _html(study: dict[str, Any], out: Path, log: Callable[[str], None]) -> None:
@@ -106,9 +126,10 @@ class _Factory:
     a package and patched into the model's library."""
 
     def __init__(self, store: Any, workdir: Path, threads: int, shown: Any,
-                 log: Callable[[str], None], packages: Path):
+                 log: Callable[[str], None], packages: Path, tolerances: Any = None):
         self.store, self.workdir, self.threads = store, workdir, threads
         self.shown, self.log, self.packages = shown, log, packages
+        self.tolerances = tolerances  # a problem part's, where not its workload's default
 
     def optimise(self, part: Any, seconds: float) -> Any:
         from swarmfab.goal import default_goal
@@ -119,8 +140,11 @@ class _Factory:
             goal = default_goal(part.workload).with_overrides(
                 budget=budget, threads=self.threads, shapes=part.shapes)
         else:
+            limits = {} if self.tolerances is None else {"tolerance": {
+                "rms_ratio": self.tolerances.rms_ratio,
+                "max_abs": self.tolerances.max_abs_ratio}}
             goal = sized_for_host(default_goal(part.problem).with_overrides(
-                budget=budget, threads=self.threads), "auto", self.log)
+                budget=budget, threads=self.threads, **limits), "auto", self.log)
         result, _ = execute_goal(goal, self.store, self.workdir, None,
                                  started=time.monotonic(), out=self.shown)
         return result
@@ -141,6 +165,11 @@ class _Factory:
 
 def _print(result: Any, out: Path) -> None:
     from rich.table import Table
+
+    if result.precision != "float32":
+        console.print(f"reduced precision: parts could compute in {result.precision}, held "
+                      f"to {result.precision}'s tolerances; the model is judged on its "
+                      "logits alone, not its greedy tokens", highlight=False)
 
     for profile in result.profiles:
         table = Table(title=f"{profile.label}: {profile.seconds * 1e3:.1f} ms a run, parts "
