@@ -46,7 +46,8 @@ TEST_DIST := --dist loadscope --no-loadscope-reorder
 test: $(DEV_STAMP)
 	$(MAKE) lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) -m "not exclusive and not integration" --durations=25
-	$(BIN)/python -m pytest -q -m "exclusive and not integration" --durations=10
+	$(BIN)/python -m pytest -q -m "exclusive and not integration" --durations=10 \
+	    $$(grep -rl --include="test_*.py" "mark.exclusive" tests)  # collects only those
 
 # the suite without the tests marked slow: under 3 minutes on 2 cores
 test-fast: $(DEV_STAMP)
@@ -63,13 +64,16 @@ test-fast: $(DEV_STAMP)
 # (tests/swarm/test_ray.py, about 3 minutes, alone: `ray stop --force` ends every
 # cluster). Then the core install (tests/test_install.py, marked integration: a few
 # minutes, with the package index): a fresh venv, torch and `pip install .` without
-# extras, where run, verify, bench and export must work
+# extras, where run, verify, bench and export must work. Last, an exported champion
+# installed into a fresh venv (tests/report/test_export_install.py) and two whole runs
+# sharing one PostgreSQL store (tests/knowledge/test_concurrency.py)
 test-integration: $(DEV_STAMP)
 	SWARMFAB_INTEGRATION=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/sandbox/test_every_user.py
 	bash scripts/vllm_env.sh .venv-vllm || echo "vLLM's environment could not be made: its test skips"
 	SWARMFAB_VLLM_PYTHON=$(CURDIR)/.venv-vllm/bin/python $(BIN)/python -m pytest -q -p no:cacheprovider -m integration tests/engine/test_vllm.py
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m integration tests/swarm/test_ray.py
 	SWARMFAB_INTEGRATION=1 TORCH_SPEC="$(TORCH_SPEC)" $(BIN)/python -m pytest -q -p no:cacheprovider -m integration tests/test_install.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m integration tests/report/test_export_install.py tests/knowledge/test_concurrency.py
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests

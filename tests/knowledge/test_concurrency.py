@@ -100,6 +100,7 @@ V = 16
 
 
 @pytest.mark.slow
+@pytest.mark.integration  # two whole runs on a PostgreSQL server: make test-integration's
 def test_two_swarmfab_runs_share_one_postgresql_store(tmp_path: Path, postgres_url: str) -> None:
     (tmp_path / "goal.toml").write_text(GOAL)
     runs = [subprocess.Popen(

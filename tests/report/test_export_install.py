@@ -34,7 +34,8 @@ from swarmfab.records import Candidate
 from swarmfab.report.export import _VECTOR_FEATURES
 from swarmfab.workloads import design_space
 
-pytestmark = pytest.mark.slow
+# a fresh virtual environment per module and an install into it: make test-integration's
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 CHECK = """
 import torch
