@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
                 "measure", "records", "swarm", "workloads"},
     "report": {"errors", "evaluation", "goal", "knowledge", "measure", "records", "serving",
                "swarm", "workloads"},
-    "model": {"errors", "measure", "records", "verify", "workloads"},
+    "model": {"errors", "kernels", "measure", "records", "verify", "workloads"},
     "cli": {"backends", "engine", "errors", "evaluation", "goal", "knowledge", "measure",
             "model", "records", "report", "serving", "swarm", "verify", "workloads"},
     "__main__": {"cli"},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -247,10 +248,9 @@ def test_a_part_in_bfloat16_is_judged_on_logits_and_a_wrong_step_still_fails(
 
 def test_bfloat16_is_refused_by_name_where_the_cpu_lacks_it(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import swarmfab.kernels
-
     (tmp_path / "net.py").write_text(FACTORY)
-    monkeypatch.setattr(swarmfab.kernels, "host_cpu_flags", lambda: frozenset({"avx2"}))
+    studying = sys.modules[Options.__module__]  # swarmfab.model.study (the package's
+    monkeypatch.setattr(studying, "host_cpu_flags", lambda: frozenset({"avx2"}))  # study)
     done = CliRunner().invoke(app, ["model", f"{tmp_path / 'net.py'}:make",
                                     "--precision", "bfloat16", "--out", str(tmp_path / "o")])
     assert done.exit_code == 2 and "no bfloat16 instructions" in done.output, done.output

@@ -95,17 +95,14 @@ def model(
 
 
 def _check_precision(precision: str) -> None:
-    from swarmfab.kernels import BF16_FLAGS, host_cpu_flags
-    from swarmfab.model.study import PRECISIONS
+    from swarmfab.model.study import PRECISIONS, precision_refusal
 
     if precision not in PRECISIONS:
         raise typer.BadParameter(f"{precision!r}: one of {', '.join(PRECISIONS)}",
                                  param_hint="--precision")
-    if precision == "bfloat16" and not host_cpu_flags() & BF16_FLAGS:
-        raise typer.BadParameter(
-            "this CPU has no bfloat16 instructions (none of "
-            f"{', '.join(sorted(BF16_FLAGS))}): its parts would only get slower in "
-            "bfloat16; use --precision float32", param_hint="--precision")
+    refusal = precision_refusal(precision)
+    if refusal:
+        raise typer.BadParameter(refusal, param_hint="--precision")
 
 
 def _html(study: dict[str, Any], out: Path, log: Callable[[str], None]) -> None:

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import torch
 
+from swarmfab.kernels import BF16_FLAGS, host_cpu_flags
 from swarmfab.model.assemble import (
     EndToEnd,
     OperatorPatch,
@@ -44,7 +45,7 @@ from swarmfab.model.target import Target, phases_of
 from swarmfab.records import Candidate
 from swarmfab.workloads import Tolerances
 
-__all__ = ["Factory", "Options", "PartOutcome", "Study", "study"]
+__all__ = ["Factory", "Options", "PartOutcome", "Study", "precision_refusal", "study"]
 
 Log = Callable[[str], None]
 MIN_PART_S = 60.0  # a part's run: setup, a few evaluations, the closing table
@@ -58,6 +59,16 @@ DEFAULT_TOLERANCES = Tolerances(rms_ratio=1e-4, max_abs_ratio=1e-3)  # float32
 # the whole model's logits: 7.4e-3 to 8.7e-3, max-abs ratio 7.5e-3 to 1.0e-2)
 BF16_TOLERANCES = Tolerances(rms_ratio=2e-2, max_abs_ratio=5e-2)
 PRECISIONS = ("float32", "bfloat16")
+
+
+def precision_refusal(precision: str) -> str:
+    """Why ``precision`` is refused on this host ("" where it is not): bfloat16 needs a
+    CPU with bfloat16 instructions (the design spaces offer it nowhere else)."""
+    if precision == "bfloat16" and not host_cpu_flags() & BF16_FLAGS:
+        return (f"this CPU has no bfloat16 instructions (none of "
+                f"{', '.join(sorted(BF16_FLAGS))}): its parts would only get slower in "
+                "bfloat16; use --precision float32")
+    return ""
 
 
 @dataclass(frozen=True)
