@@ -21,9 +21,8 @@ frozen, converted) and whose later calls take it. A user can read the file and k
 - numerics, ``precision``: bfloat16 autocast, only where the CPU has bfloat16
   instructions (the verifier holds it to the goal's tolerance), for calls of at least
   :data:`BF16_MIN_ROWS` rows (the first input's elements over its last axis): a GEMM of
-  a few rows (a decode step) is memory-bound, and there float32 is faster (a dense
-  decoder's MLP at one row: 0.15 ms in float32, 0.25-0.32 ms in bfloat16), so it runs
-  the Model's own forward;
+  a row or two (a decode step) is memory-bound, and there float32 is faster, so such a
+  call runs the Model's own forward (figures in ``docs/benchmarks.md``);
 - parallelism, ``threads``: the benchmark's threads, or one (a small problem pays for
   waking a pool);
 - runtime, ``grad_mode``: ``no_grad`` or ``inference_mode`` around the call;
@@ -51,7 +50,7 @@ from swarmfab.kernels.gemm import onednn_available, onednn_gemm_faster
 __all__ = ["module_space", "render_module"]
 
 ENTRY = "model_new.py"
-BF16_MIN_ROWS = 64  # fewer rows than this run in float32 under precision = bfloat16
+BF16_MIN_ROWS = 8  # fewer rows than this run in float32 under precision = bfloat16
 _CONVOLUTION = re.compile(r"\bconv[123]d\b|\bConv[123]d\b|\bconv_transpose[123]d\b"
                           r"|\bConvTranspose[123]d\b")
 _GEMM = re.compile(r"\bmatmul\b|\bmm\b|\blinear\b|\bLinear\b|\w\s*@\s*\w")
