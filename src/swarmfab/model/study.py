@@ -265,15 +265,18 @@ def _over_baselines(table: Any) -> float:
 
 
 def amdahl(profiles: list[PhaseProfile], parts: list[PartOutcome]) -> dict[str, float]:
-    """Each phase's speedup if every patched part ran at its run's speedup there (a
-    part's first shape for prefill, its last for decode) and the rest as it was."""
+    """Each phase's speedup if every patched part ran at its run's speedup there and
+    the rest as it was. A part's run timed its shapes in the phases' order (a workload
+    part: prefill's, then decode's; a problem file: the call it was extracted from,
+    prefill's): a part not timed at a phase's shape counts there as unchanged (its
+    speedup at another shape says nothing of a decode step's)."""
     predicted = {}
     for index, profile in enumerate(profiles):
         time_left = 1.0
         for part in parts:
             share = sum(p.share for p in profile.parts if p.key == part.key)
-            if part.patched and part.speedups and share:
-                speedup = part.speedups[min(index, len(part.speedups) - 1)]
+            if part.patched and index < len(part.speedups) and share:
+                speedup = part.speedups[index]
                 time_left -= share - share / speedup
         predicted[profile.phase] = 1.0 / time_left
     return predicted
