@@ -318,12 +318,22 @@ def test_a_crowned_part_is_patched_timed_and_its_amdahl_share_predicted(
     table = SimpleNamespace(reference="champion", ratio_to_reference={
         "champion": SimpleNamespace(median=1.0), "torch-eager": SimpleNamespace(median=2.0)})
 
+    # an attention champion crowned over its run's starting point, slower than eager
+    slower = SimpleNamespace(reference="champion", ratio_to_reference={
+        "champion": SimpleNamespace(median=1.0, low=1.0, high=1.0),
+        "torch-eager": SimpleNamespace(median=0.96, low=0.94, high=0.99)})
+    as_is = "\n\nclass ModelNew(Model):\n    pass\n"
+
     class Factory:  # crowns the spelt-out MLP, 2x faster than eager in its own run
         def optimise(self, part: Any, seconds: float) -> Any:
             assert seconds >= 60
+            problem = Path(part.problem or "")
+            if part.class_name == "LlamaAttention":
+                return SimpleNamespace(run_id="attention", final=[slower], champion=Candidate(
+                    problem.stem, "torch-module", {"model_new.py": _champion(problem, as_is)},
+                    "model_new.py"))
             if part.class_name != "LlamaMLP":
                 return SimpleNamespace(run_id="nothing", champion=None, final=[])
-            problem = Path(part.problem)
             return SimpleNamespace(run_id="mlp", final=[table], champion=Candidate(
                 problem.stem, "torch-module", {"model_new.py": _champion(problem, FUSED_MLP)},
                 "model_new.py"))
@@ -336,6 +346,9 @@ def test_a_crowned_part_is_patched_timed_and_its_amdahl_share_predicted(
                    time.monotonic())
     [mlp] = [part for part in result.parts if part.class_name == "LlamaMLP"]
     assert mlp.patched and mlp.speedups == [2.0] and mlp.run_id == "mlp"
+    [attention] = [part for part in result.parts if part.class_name == "LlamaAttention"]
+    assert not attention.patched and attention.champion and attention.speedups == [0.96]
+    assert attention.note.startswith("not patched: its champion ran 0.96x the model's own")
     assert result.end_to_end is not None and result.end_to_end.passed
     assert [timing.phase for timing in result.timings] == ["prefill", "decode"]
     assert result.champion_calls > 0

@@ -251,17 +251,29 @@ def _optimise(chosen: list[PartOutcome], until: float, factory: Factory, log: Lo
             part.note = "nothing faster than its baselines was found"
             continue
         part.champion = run.champion.id
-        part.speedups = [_over_baselines(table) for table in getattr(run, "final", [])]
+        estimates = [_over_baselines(table) for table in getattr(run, "final", [])]
+        part.speedups = [median for median, _ in estimates]
+        if estimates and not any(low > 1.0 for _, low in estimates):
+            # crowned over its run's starting point, yet no faster than what the model ran
+            shown = " / ".join(f"{median:.2f}x" for median in part.speedups)
+            part.note = (f"not patched: its champion ran {shown} the model's own code in "
+                         "its run's closing table, not faster with a 95% CI above 1")
+            log(f"{part.class_name}: {part.note}")
+            continue
         crowned[part.key] = run.champion
     return crowned
 
 
-def _over_baselines(table: Any) -> float:
-    """The champion's speedup in its run's closing table: over eager PyTorch where it was
-    timed (what the model ran), else over the fastest baseline."""
-    ratios = {name: estimate.median for name, estimate in table.ratio_to_reference.items()
+def _over_baselines(table: Any) -> tuple[float, float]:
+    """The champion's speedup in its run's closing table, and its CI's lower end: over
+    eager PyTorch where it was timed (what the model ran), else over the fastest
+    baseline."""
+    ratios = {name: (estimate.median, getattr(estimate, "low", estimate.median))
+              for name, estimate in table.ratio_to_reference.items()
               if name != table.reference}
-    return ratios.get("torch-eager", min(ratios.values(), default=1.0))
+    if "torch-eager" in ratios:
+        return ratios["torch-eager"]
+    return min(ratios.values(), default=(1.0, 1.0))
 
 
 def amdahl(profiles: list[PhaseProfile], parts: list[PartOutcome]) -> dict[str, float]:
