@@ -101,11 +101,25 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def _mlp(target: Any) -> tuple[Any, list[tuple[str, torch.nn.Module]]]:
+def _extracted(target: Any, directory: Path, class_name: str = "LlamaMLP"
+               ) -> tuple[Path, list[tuple[str, torch.nn.Module]]]:
+    """A part's problem file (prefill's call), written in ``directory``, and the part's
+    instances."""
     [phase, _] = phases_of(target, tokens=32, batch=1, new_tokens=4)
     profile = profile_phase(target.module, phase, repeats=1)
-    part = next(p for p in profile.parts if p.class_name == "LlamaMLP")
-    return part, find_parts(target.module)[part.key]
+    part = next(p for p in profile.parts if p.class_name == class_name)
+    instances = find_parts(target.module)[part.key]
+    problem = extract_part(part, instances[0][1], target.module.config, directory, 1, "t").path
+    assert problem is not None
+    return problem, instances
+
+
+def _patched(target: Any, problem: Path, new: str,
+             instances: list[tuple[str, torch.nn.Module]]) -> Patched:
+    """The model with the problem's ModelNew (``new``) in every instance's place."""
+    patched = Patched(target.module)
+    patched.add(_champion(problem, new), instances)
+    return patched
 
 
 def test_the_profile_names_each_part_its_calls_and_share(llama: Path) -> None:
@@ -209,11 +223,8 @@ def _champion(problem: Path, new: str) -> str:
 def test_a_crowned_part_runs_inside_the_model_and_the_model_checks(
         llama: Path, tmp_path: Path) -> None:
     target = load_target(str(llama))
-    part, instances = _mlp(target)
-    problem = extract_part(part, instances[0][1], target.module.config, tmp_path, 1, "t").path
-    assert problem is not None
-    patched = Patched(target.module)
-    patched.add(_champion(problem, FUSED_MLP), instances)
+    problem, instances = _extracted(target, tmp_path)
+    patched = _patched(target, problem, FUSED_MLP, instances)
     assert len(patched) == 2
     check = check_end_to_end(target, patched, DEFAULT_TOLERANCES)
     assert check.passed and check.tokens_match, check.detail
@@ -227,11 +238,8 @@ def test_a_crowned_part_runs_inside_the_model_and_the_model_checks(
 def test_a_part_in_bfloat16_is_judged_on_logits_and_a_wrong_step_still_fails(
         llama: Path, tmp_path: Path) -> None:
     target = load_target(str(llama))
-    part, instances = _mlp(target)
-    problem = extract_part(part, instances[0][1], target.module.config, tmp_path, 1, "t").path
-    assert problem is not None
-    reduced = Patched(target.module)
-    reduced.add(_champion(problem, BF16_MLP), instances)
+    problem, instances = _extracted(target, tmp_path)
+    reduced = _patched(target, problem, BF16_MLP, instances)
     strict = check_end_to_end(target, reduced, DEFAULT_TOLERANCES)
     assert not strict.passed and strict.rms_ratio > DEFAULT_TOLERANCES.rms_ratio
     check = check_end_to_end(target, reduced, BF16_TOLERANCES, same_tokens_required=False)
@@ -240,8 +248,7 @@ def test_a_part_in_bfloat16_is_judged_on_logits_and_a_wrong_step_still_fails(
     assert Options(precision="bfloat16").limits == BF16_TOLERANCES
     assert Options().limits == DEFAULT_TOLERANCES
     # the decode steps' logits are still compared, up to the first token that differs
-    wrong = Patched(target.module)
-    wrong.add(_champion(problem, WRONG_AT_ONE_TOKEN), instances)
+    wrong = _patched(target, problem, WRONG_AT_ONE_TOKEN, instances)
     caught = check_end_to_end(target, wrong, BF16_TOLERANCES, same_tokens_required=False)
     assert not caught.passed and caught.rms_ratio > BF16_TOLERANCES.rms_ratio, caught.detail
 
@@ -389,14 +396,8 @@ def test_a_part_called_with_keywords_runs_where_the_call_has_its_form(
     """The attention champion takes prefill's calls; decode's (with a cache) go to the
     original, and the model stays right."""
     target = load_target(str(llama))
-    [phase, _] = phases_of(target, tokens=32, batch=1, new_tokens=4)
-    profile = profile_phase(target.module, phase, repeats=1)
-    part = next(p for p in profile.parts if p.class_name == "LlamaAttention")
-    instances = find_parts(target.module)[part.key]
-    problem = extract_part(part, instances[0][1], target.module.config, tmp_path, 1, "t").path
-    assert problem is not None
-    patched = Patched(target.module)
-    patched.add(_champion(problem, "\n\nclass ModelNew(Model):\n    pass\n"), instances)
+    problem, instances = _extracted(target, tmp_path, "LlamaAttention")
+    patched = _patched(target, problem, "\n\nclass ModelNew(Model):\n    pass\n", instances)
     check = check_end_to_end(target, patched, DEFAULT_TOLERANCES)
     assert check.passed, check.detail
     assert patched.calls() > 0 and patched.fallbacks() > 0
