@@ -27,6 +27,13 @@ forkserver and every run a test starts inherit it. The tests of the protocol its
 marked ``full_timing_protocol`` and time as a user's run does;
 ``SWARMFAB_TIMING_PROTOCOL=full make test`` times every test so.
 
+Under pytest-xdist the jobs of one worker share the cores with another's, and an OpenMP
+thread that spins at a barrier while its sibling is descheduled burns the core the
+sibling needs: the red-team module took three times the CPU so (398 CPU-seconds against
+118 on 2 cores). ``OMP_WAIT_POLICY=PASSIVE`` is set here, in each worker, so its
+forkserver, its jobs and every run it starts wait asleep; a run started without workers
+keeps OpenMP's default (the exclusive tests, which time spinning kernels, among them).
+
 Likewise ``SWARMFAB_BATTERY=test`` runs the delta rule's battery with its one large case
 (a 1,024-token prefill) at 130 tokens, every property it tests kept (see
 :mod:`swarmfab.workloads.delta.battery`). The tests of the verifier itself (those under
@@ -71,6 +78,8 @@ from swarmfab.workloads.delta.kda import KDA
 torch.set_num_threads(1)
 os.environ.setdefault(PROTOCOL_ENV, "test")  # before any forkserver or run starts
 os.environ.setdefault(BATTERY_ENV, "test")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's jobs share the cores with another's
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
