@@ -363,6 +363,7 @@ def test_bench_against_itself_times_a_candidate_against_its_copy_as_a_run_would(
                     "--shape", "1,32,2,16,16", "--shape", "2,1,2,16,16+h0", "--threads", "1",
                     "--json", "--db", tmp_path / "x.db", "--workdir", tmp_path / "wd")
     assert "Traceback" not in result.output
+    assert result.stdout.strip(), result.output  # no answer: the error says why
     answer = json.loads(result.stdout)
     assert result.exit_code == (1 if answer["misread"] else 0), result.output
     misread = {t["shape"] for t in answer["timings"] if t["comparison"] != "indistinguishable"}
