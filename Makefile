@@ -32,7 +32,8 @@ demo: $(STAMP)
 	$(BIN)/swarmfab export --out out/kda-champion
 
 # the suite on every core the process may use (pytest-xdist; most tests wait on child
-# processes, so two workers on 2 cores take ~60% of the time of one), then the tests
+# processes, so two workers on 2 cores take ~60% of the time of one; their OpenMP threads
+# wait asleep, see tests/conftest.py), then the tests
 # marked exclusive alone; TEST_WORKERS=0 runs the first part in one process. Each worker
 # takes one module (or one test of a long module) at a time, the longest first
 # (tests/durations.json; see tests/conftest.py), and times at a test's size
