@@ -200,7 +200,7 @@ def test_probe_estimates_are_kept_and_a_measurement_replaces_them(tmp_path: Path
 def test_a_run_ends_within_its_budget_counted_from_the_command_start(tmp_path: Path) -> None:
     """The command's first seconds (imports, the store) count; the closing table is
     sized to what is left; the run ends by the budget plus the stated grace."""
-    goal = _goal(budget="40s", workers=1)
+    goal = _goal(budget="30s", workers=1)
     store = Store(tmp_path / "x.db")
     space = design_space("kda")
     started = time.monotonic() - 4.0  # as if the command had started 4 s ago
@@ -211,7 +211,7 @@ def test_a_run_ends_within_its_budget_counted_from_the_command_start(tmp_path: P
     ended = time.monotonic() - started
     assert result.status == "finished"
     assert ended <= goal.budget_s + run.budget.grace_s, lines
-    assert any("budget 40 s (+15 s grace), setup included" in line for line in lines)
+    assert any("budget 30 s (+15 s grace), setup included" in line for line in lines)
     search_s = _search_window(lines)
     if search_s >= 15:  # room for an evaluation (a few seconds each on a quiet host)
         assert result.evaluations >= 1, lines
