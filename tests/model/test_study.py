@@ -323,7 +323,8 @@ def test_a_crowned_part_is_patched_timed_and_its_amdahl_share_predicted(
         llama: Path, tmp_path: Path) -> None:
     target = load_target(str(llama))
     table = SimpleNamespace(reference="champion", ratio_to_reference={
-        "champion": SimpleNamespace(median=1.0), "torch-eager": SimpleNamespace(median=2.0)})
+        "champion": SimpleNamespace(median=1.0, low=1.0, high=1.0),
+        "torch-eager": SimpleNamespace(median=2.0, low=1.9, high=2.1)})
 
     # an attention champion crowned over its run's starting point, slower than eager
     slower = SimpleNamespace(reference="champion", ratio_to_reference={

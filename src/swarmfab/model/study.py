@@ -268,7 +268,7 @@ def _over_baselines(table: Any) -> tuple[float, float]:
     """The champion's speedup in its run's closing table, and its CI's lower end: over
     eager PyTorch where it was timed (what the model ran), else over the fastest
     baseline."""
-    ratios = {name: (estimate.median, getattr(estimate, "low", estimate.median))
+    ratios = {name: (estimate.median, estimate.low)
               for name, estimate in table.ratio_to_reference.items()
               if name != table.reference}
     if "torch-eager" in ratios:
