@@ -41,15 +41,16 @@ def seconds(call: Callable[[], object], repeats: int) -> float:
 
 def _rounds(plain: Callable[[], object], low: Callable[[], object], rounds: int
             ) -> tuple[list[float], list[float]]:
-    """Each form's seconds per call in ``rounds`` alternating rounds, after a warm-up;
-    a round is as many calls as take about 20 ms of the float32 form."""
+    """Each form's seconds per call in ``rounds`` alternating rounds (the order flips
+    every round), after a warm-up; a round is as many calls as take about 20 ms of the
+    float32 form."""
     repeats = max(1, int(0.02 / max(seconds(plain, 3), 1e-6)))
     seconds(plain, repeats)
     seconds(low, repeats)
     times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(rounds):
-        times[0].append(seconds(plain, repeats))
-        times[1].append(seconds(low, repeats))
+    for round_ in range(rounds):
+        for form in ((0, 1) if round_ % 2 == 0 else (1, 0)):
+            times[form].append(seconds((plain, low)[form], repeats))
     return times
 
 
