@@ -54,13 +54,18 @@ CPU cannot run (an AVX2-only host skips ``avx512``; an AVX-512 host runs them al
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import signal
+import sqlite3
 import statistics
 import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -69,6 +74,7 @@ import torch
 from swarmfab.backends._base import SHARED_BUILDS_ENV
 from swarmfab.kernels import DesignSpace
 from swarmfab.kernels._host import all_isa_names, isa_targets
+from swarmfab.knowledge import Store
 from swarmfab.measure.timer import PROTOCOL_ENV
 from swarmfab.records import Candidate
 from swarmfab.workloads import design_space
@@ -217,6 +223,86 @@ def session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base directories), or the base directory without workers."""
     root = tmp_path_factory.getbasetemp()
     return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+# -- one short, real KDA run for the session ---------------------------------------------
+RECORDED_GOAL = """
+workload = "kda"
+budget = "300s"  # not what ends the run: --max-evaluations 10 does
+threads = 1
+shapes = [{B = 1, T = 128, H = 2, K = 32, V = 32}, {B = 2, T = 32, H = 2, K = 16, V = 16}]
+"""
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """A run of ``python -m swarmfab run`` as a user starts it, in a directory of its own
+    (``home``: the goal, the store, the work directory and what the command printed)."""
+
+    home: Path
+    run_id: str
+    champion_id: str
+
+    @property
+    def db(self) -> Path:
+        return self.home / "store.db"
+
+    @property
+    def workdir(self) -> Path:
+        return self.home / "work"
+
+    @property
+    def output(self) -> str:
+        """What the command printed (stdout, then stderr)."""
+        return (self.home / "run.log").read_text()
+
+    def copy_store(self, directory: Path) -> Path:
+        """A private copy of the store, for tests that write to it."""
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / "copy.db"
+        with sqlite3.connect(self.db) as source, sqlite3.connect(target) as copy:
+            source.backup(copy)  # consistent with the WAL, unlike a file copy
+        return target
+
+
+@pytest.fixture(scope="session")
+def recorded_run(session_root: Path) -> RecordedRun:
+    """One short KDA run, made once for the session and read by the end-to-end, report,
+    dashboard and export tests: two small shapes, one thread, ten evaluations
+    (``--max-evaluations`` ends it; the budget is generous, so a busy host still records
+    them all). The first worker to need it runs it, holding a lock the others wait on,
+    and leaves what it recorded for them."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to build the run's candidates")
+    home = session_root / "recorded-run"
+    with open(session_root / "recorded-run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (home / "recorded.json").exists():
+            _record_run(home)
+    recorded = json.loads((home / "recorded.json").read_text())
+    return RecordedRun(home, recorded["run"], recorded["champion"])
+
+
+def _record_run(home: Path) -> None:
+    shutil.rmtree(home, ignore_errors=True)  # another worker's attempt that failed
+    home.mkdir()
+    (home / "goal.toml").write_text(RECORDED_GOAL)
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmfab", "run", "goal.toml", "--db", "store.db",
+         "--workdir", "work", "--max-evaluations", "10"],
+        # past the budget (and the setup and closing table beside it): on a busy host the
+        # budget ends the run, never this timeout
+        cwd=home, capture_output=True, text=True, timeout=480, check=False,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    # kept: the end-to-end test reads it, and the run's own timeline says where a slow
+    # session's minutes went
+    (home / "run.log").write_text(done.stdout + done.stderr)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = Store(home / "store.db").run("latest")
+    assert run.champion_id is not None, done.stdout
+    (home / "recorded.json").write_text(json.dumps({"run": run.id,
+                                                    "champion": run.champion_id}))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,4 +1,6 @@
-"""End to end, as a user runs it: `python -m swarmfab run`, then export and report."""
+"""End to end, as a user runs it: `python -m swarmfab run` (the session's recorded run:
+``recorded_run`` in tests/conftest.py, the report tests read the same), then export,
+build, install, report and a related run from the same store."""
 
 from __future__ import annotations
 
@@ -9,22 +11,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from swarmfab.knowledge import Store
 from swarmfab.records import Status
-
-# The runs end after a number of evaluations, not a time: a budget that covers setup and
-# a few evaluations on a fast, idle machine runs out before the first verdict on a slow or
-# busy one. The budget is only the ceiling.
-GOAL = """
-workload = "kda"
-budget = "180s"
-threads = 1  # robust on a busy 2-core machine, where 2 OpenMP threads can stall badly
-shapes = [{B = 1, T = 256, H = 4, K = 64, V = 64}]
-"""
-EVALUATIONS = "4"
 
 
 def swarmfab(*args: str | Path, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -35,22 +27,16 @@ def swarmfab(*args: str | Path, cwd: Path, timeout: float) -> subprocess.Complet
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-def test_run_export_report(tmp_path: Path) -> None:
-    goal = tmp_path / "goal.toml"
-    goal.write_text(GOAL)
-    db, workdir = tmp_path / "x.db", tmp_path / "work"
+def test_run_export_report(recorded_run: Any, tmp_path: Path) -> None:
+    printed = recorded_run.output
+    assert "Traceback" not in printed
+    assert "champion" in printed
 
-    done = swarmfab("run", goal, "--max-evaluations", EVALUATIONS, "--db", db,
-                    "--workdir", workdir, cwd=tmp_path, timeout=240)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "Traceback" not in done.stdout + done.stderr
-    assert "champion" in done.stdout
-
-    store = Store(db)
+    store = Store(recorded_run.db)
     run = store.run(None)
-    assert run.status == "finished"
-    assert run.champion_id is not None
-    assert run.champion_id in done.stdout
+    assert run.id == recorded_run.run_id and run.status == "finished"
+    assert run.champion_id == recorded_run.champion_id
+    assert run.champion_id in printed
     crowned = [(row, v) for row, v in store.verdicts(run.id) if row.candidate_id == run.champion_id]
     assert len(crowned) == 1
     row, verdict = crowned[0]
@@ -60,10 +46,13 @@ def test_run_export_report(tmp_path: Path) -> None:
     assert run.summary is not None and run.summary["champion"] == run.champion_id
     assert 0.0 <= run.summary["overhead"] < 1.0  # the platform's share of the search time
     assert run.summary["archive"], "verified candidates are filed in the archive"
-    assert [s["shape"] for s in run.summary["shapes"]] == ["B1 T256 H4 K64 V64"]
+    assert [s["shape"] for s in run.summary["shapes"]] == ["B1 T128 H2 K32 V32",
+                                                            "B2 T32 H2 K16 V16"]
     champion = store.candidate(run.champion_id)
-    assert (workdir / "runs" / run.id / "champion" / champion.entry).is_file()
+    assert (recorded_run.workdir / "runs" / run.id / "champion" / champion.entry).is_file()
+    assert not (recorded_run.home / ".swarmfab").exists()  # every path went where we said
 
+    db = recorded_run.copy_store(tmp_path)  # what follows may write to the store
     out = tmp_path / "exported"
     exported = swarmfab("export", "--out", out, "--db", db, cwd=tmp_path, timeout=120)
     assert exported.returncode == 0, exported.stdout + exported.stderr
@@ -99,15 +88,17 @@ def test_run_export_report(tmp_path: Path) -> None:
     listed = swarmfab("runs", "--db", db, cwd=tmp_path, timeout=120)
     assert listed.returncode == 0
     assert run.id in listed.stdout
-    assert not (tmp_path / ".swarmfab").exists()  # every path went where we said
-    _a_related_run_starts_from_the_champion(goal, db, workdir, champion.knobs, tmp_path)
+    goal = recorded_run.home / "goal.toml"
+    _a_related_run_starts_from_the_champion(goal, db, tmp_path / "work", champion.knobs,
+                                            tmp_path)
+    assert not (tmp_path / ".swarmfab").exists()
 
 
 def _a_related_run_starts_from_the_champion(goal: Path, db: Path, workdir: Path,
                                             knobs: dict[str, object], cwd: Path) -> None:
     """GDN after KDA in the same store: its first proposal is KDA's champion setting;
     with --no-lessons nothing is recalled."""
-    gdn = goal.with_name("gdn.toml")
+    gdn = cwd / "gdn.toml"
     gdn.write_text(goal.read_text().replace('workload = "kda"', 'workload = "gdn"'))
     for extra in ((), ("--no-lessons",)):
         done = swarmfab("run", gdn, "--max-evaluations", "1", "--db", db, "--workdir", workdir,
