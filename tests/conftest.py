@@ -237,7 +237,8 @@ shapes = [{B = 1, T = 128, H = 2, K = 32, V = 32}, {B = 2, T = 32, H = 2, K = 16
 @dataclass(frozen=True)
 class RecordedRun:
     """A run of ``python -m swarmfab run`` as a user starts it, in a directory of its own
-    (``home``: the goal, the store, the work directory and what the command printed)."""
+    (``home``: the goal, the store, the work directory and what the command printed on
+    each stream)."""
 
     home: Path
     run_id: str
@@ -252,9 +253,12 @@ class RecordedRun:
         return self.home / "work"
 
     @property
-    def output(self) -> str:
-        """What the command printed (stdout, then stderr)."""
-        return (self.home / "run.log").read_text()
+    def stdout(self) -> str:
+        return (self.home / "stdout.log").read_text()
+
+    @property
+    def stderr(self) -> str:
+        return (self.home / "stderr.log").read_text()
 
     def copy_store(self, directory: Path) -> Path:
         """A private copy of the store, for tests that write to it."""
@@ -295,9 +299,10 @@ def _record_run(home: Path) -> None:
         cwd=home, capture_output=True, text=True, timeout=480, check=False,
         env={**os.environ, "COLUMNS": "160"},
     )
-    # kept: the end-to-end test reads it, and the run's own timeline says where a slow
+    # kept: the end-to-end test reads them, and the run's own timeline says where a slow
     # session's minutes went
-    (home / "run.log").write_text(done.stdout + done.stderr)
+    (home / "stdout.log").write_text(done.stdout)
+    (home / "stderr.log").write_text(done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
     run = Store(home / "store.db").run("latest")
     assert run.champion_id is not None, done.stdout

@@ -28,15 +28,14 @@ def swarmfab(*args: str | Path, cwd: Path, timeout: float) -> subprocess.Complet
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_run_export_report(recorded_run: Any, tmp_path: Path) -> None:
-    printed = recorded_run.output
-    assert "Traceback" not in printed
-    assert "champion" in printed
+    assert "Traceback" not in recorded_run.stdout + recorded_run.stderr
+    assert "champion" in recorded_run.stdout
 
     store = Store(recorded_run.db)
     run = store.run(None)
     assert run.id == recorded_run.run_id and run.status == "finished"
     assert run.champion_id == recorded_run.champion_id
-    assert run.champion_id in printed
+    assert run.champion_id in recorded_run.stdout
     crowned = [(row, v) for row, v in store.verdicts(run.id) if row.candidate_id == run.champion_id]
     assert len(crowned) == 1
     row, verdict = crowned[0]
