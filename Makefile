@@ -38,7 +38,7 @@ demo: $(STAMP)
 # takes one module (or one test of a long module) at a time, the longest first
 # (tests/durations.json; see tests/conftest.py), and times at a test's size
 # (SWARMFAB_TIMING_PROTOCOL=test; the protocol's own tests at full size), and meets the
-# delta rule's battery with its large prefill at a test's size (SWARMFAB_BATTERY=test;
+# delta rule's battery with its large cases at a test's size (SWARMFAB_BATTERY=test;
 # the verifier's own tests meet the whole battery). Each part names
 # its slowest tests (the suite's time on 2 cores is a budget: under 10 minutes). The
 # tests marked integration are make test-integration's

@@ -34,8 +34,9 @@ sibling needs: the red-team module took three times the CPU so (398 CPU-seconds 
 forkserver, its jobs and every run it starts wait asleep; a run started without workers
 keeps OpenMP's default (the exclusive tests, which time spinning kernels, among them).
 
-Likewise ``SWARMFAB_BATTERY=test`` runs the delta rule's battery with its one large case
-(a 1,024-token prefill) at 130 tokens, every property it tests kept (see
+Likewise ``SWARMFAB_BATTERY=test`` runs the delta rule's battery with its costly cases at
+a test's size (its long sequences at 130 tokens, its decode batch at 96 pairs), every
+property they test kept (see
 :mod:`swarmfab.workloads.delta.battery`). The tests of the verifier itself (those under
 ``tests/redteam``, ``tests/verify`` and ``tests/evaluation``, and any marked
 ``full_battery``) meet the whole battery; ``SWARMFAB_BATTERY=full make test`` gives it to

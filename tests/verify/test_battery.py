@@ -32,7 +32,7 @@ def test_the_delta_battery_reaches_what_real_use_does() -> None:
     assert {1, 2} <= {case.threads for case in cases}
 
 
-def test_a_test_sized_battery_keeps_every_property_but_the_length(
+def test_a_test_sized_battery_keeps_every_property_but_the_size(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from swarmfab.workloads.delta.battery import BATTERY_ENV
@@ -41,12 +41,26 @@ def test_a_test_sized_battery_keeps_every_property_but_the_length(
     monkeypatch.setenv(BATTERY_ENV, "test")
     sized = get_workload("kda").battery_cases(threads=2)
     changed = [(a, b) for a, b in zip(full, sized, strict=True) if a != b]
-    assert len(changed) == 1  # the prefill, and nothing else
-    [(prefill, small)] = changed
-    assert "test-sized" in small.name and "test-sized" not in prefill.name
-    assert dataclasses.replace(small.shape, T=prefill.shape.T) == prefill.shape
-    assert 128 < small.shape.T < prefill.shape.T  # past the tiles of 64 and 128
-    assert small.seed == prefill.seed and small.distribution == prefill.distribution
+    # the prefill, the decode batch, the gates of 0 and the packed sequences; no other
+    assert [a.name.split(",")[0].split(" over")[0] for a, _ in changed] == [
+        "battery: prefill B4 T1024 H4/HV16 K128", "battery: decode in place",
+        "battery: gates exactly 0", "battery: packed"]
+    for case, small in changed:
+        assert "test-sized" in small.name and "test-sized" not in case.name
+        assert small.seed == case.seed and small.distribution == case.distribution
+        assert (small.layout, small.threads, small.dtype) == (case.layout, case.threads,
+                                                              case.dtype)
+    long = [(a.shape, b.shape) for a, b in changed if a.shape.T > 1]
+    for shape, small_shape in long:  # shorter, past the tiles of 64 and 128
+        assert 128 < small_shape.T < shape.T or 128 < max(small_shape.lengths) < max(
+            shape.lengths)
+        assert (small_shape.B, small_shape.HV, small_shape.K) == (shape.B, shape.HV, shape.K)
+    prefill = long[0][1]
+    assert prefill.B * prefill.HV >= 64 and prefill.HV > prefill.H  # pairs, grouped values
+    [(decode, small_decode)] = [(a.shape, b.shape) for a, b in changed if a.shape.T == 1]
+    # fewer pairs, still in place at shuffled slots of a larger pool, past 64 pairs
+    assert small_decode.B * small_decode.HV >= 64 and small_decode.pool > small_decode.B
+    assert dataclasses.replace(small_decode, B=decode.B, pool=decode.pool) == decode
 
 
 def test_extreme_gates_and_betas_are_drawn_as_asked() -> None:

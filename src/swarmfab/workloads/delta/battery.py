@@ -18,10 +18,14 @@ refreshed, and in ``swarmfab verify``:
 - threads: one, two and the evaluator's, each call repeated and compared bit for bit.
 
 ``SWARMFAB_BATTERY=test`` (:data:`BATTERY_ENV`; the suite sets it for tests that are not
-about the verifier, as it sizes timings) runs the prefill at 130 tokens instead of 1,024,
-every other property of that case kept: 64 pairs with grouped values, past the tile
-boundaries at 64 and 128. It is the one case that takes seconds; its name says
-"test-sized", so a verdict shows which battery judged it.
+about the verifier, as it sizes timings) runs the cases whose size is what costs at a
+test's size, every other property kept: the prefill, the gates of 0 and the long packed
+sequence at 130 tokens instead of 1,024 (past the tile boundaries at 64 and 128; the
+prefill still over 64 pairs with grouped values), and the decode batch at 96 pairs in a
+pool of 32 slots instead of 384 in 128 (in place, at shuffled slots, slots left out).
+These took two thirds of a verification of the template at a test's size. Their names say
+"test-sized", so a verdict shows which battery judged it (and a kept verdict of one
+battery never answers for the other).
 """
 
 from __future__ import annotations
@@ -36,24 +40,26 @@ BATTERY_ENV = "SWARMFAB_BATTERY"
 _SEED = 50_000  # away from the corpus's and fuzzing's seeds
 
 
-def _prefill() -> Case:
-    """The largest case, at a test's size where :data:`BATTERY_ENV` asks (read at each
-    call: a test of the verifier unsets it)."""
-    sized = os.environ.get(BATTERY_ENV, "").strip().lower() == "test"
-    tokens = 130 if sized else 1024
-    return Case(f"battery: prefill B4 T{tokens} H4/HV16 K128{' (test-sized)' if sized else ''}",
-                Shape(4, tokens, 4, 16, 128, 128, True), seed=_SEED)
+def _test_sized() -> bool:
+    """Whether :data:`BATTERY_ENV` asks for a test's size (read at each call: a test of
+    the verifier unsets it)."""
+    return os.environ.get(BATTERY_ENV, "").strip().lower() == "test"
 
 
 def battery_cases(threads: int) -> list[Case]:
     """The battery for a goal run on ``threads`` threads (the evaluator's count)."""
+    sized = _test_sized()
+    long = 130 if sized else 1024  # tokens of the long sequences
+    batch, pool = (24, 32) if sized else (96, 128)  # decode: sequences (x 4 value heads)
+    mark = " (test-sized)" if sized else ""
     mid = Shape(B=2, T=300, H=2, HV=4, K=128, V=128, initial_state=True)
     cases = [
-        _prefill(),
-        Case("battery: decode in place, 384 pairs", Shape(96, 1, 2, 4, 128, 128, True,
-                                                          pool=128), seed=_SEED + 1),
-        Case("battery: gates exactly 0 over 1024 tokens", Shape(1, 1024, 2, 2, 128, 128),
-             Distribution(gate_fill="0"), seed=_SEED + 2),
+        Case(f"battery: prefill B4 T{long} H4/HV16 K128{mark}",
+             Shape(4, long, 4, 16, 128, 128, True), seed=_SEED),
+        Case(f"battery: decode in place, {batch * 4} pairs{mark}",
+             Shape(batch, 1, 2, 4, 128, 128, True, pool=pool), seed=_SEED + 1),
+        Case(f"battery: gates exactly 0 over {long} tokens{mark}",
+             Shape(1, long, 2, 2, 128, 128), Distribution(gate_fill="0"), seed=_SEED + 2),
         Case("battery: a third of the gates -100", mid,
              Distribution(gate_fill="-100", gate_fill_prob=0.3), seed=_SEED + 3),
         Case("battery: a tenth of the gates -inf", mid,
@@ -64,8 +70,8 @@ def battery_cases(threads: int) -> list[Case]:
              layout="strided"),
         Case("battery: inputs column-major", mid, seed=_SEED + 8, layout="transposed"),
     ]
-    packed = (4,) * 48 + (1024,)  # an engine's prefill: many short requests, one long
-    cases.append(Case("battery: packed, 48 sequences of 4 tokens and one of 1024",
+    packed = (4,) * 48 + (long,)  # an engine's prefill: many short requests, one long
+    cases.append(Case(f"battery: packed, 48 sequences of 4 tokens and one of {long}{mark}",
                       Shape(1, sum(packed), 2, 4, 128, 128, True, lengths=packed),
                       seed=_SEED + 9))
     spread = Shape(B=3, T=256, H=4, HV=8, K=128, V=128, initial_state=True)  # 24 pairs
