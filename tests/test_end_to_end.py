@@ -95,10 +95,13 @@ def test_run_export_report(recorded_run: Any, tmp_path: Path) -> None:
 
 def _a_related_run_starts_from_the_champion(goal: Path, db: Path, workdir: Path,
                                             knobs: dict[str, object], cwd: Path) -> None:
-    """GDN after KDA in the same store: its first proposal is KDA's champion setting;
-    with --no-lessons nothing is recalled."""
+    """GDN after KDA in the same store, on the smaller of its shapes (the same class):
+    its first proposal is KDA's champion setting; with --no-lessons nothing is recalled."""
+    larger = "{B = 1, T = 128, H = 2, K = 32, V = 32}, "
+    text = goal.read_text()
+    assert 'workload = "kda"' in text and larger in text
     gdn = cwd / "gdn.toml"
-    gdn.write_text(goal.read_text().replace('workload = "kda"', 'workload = "gdn"'))
+    gdn.write_text(text.replace('workload = "kda"', 'workload = "gdn"').replace(larger, ""))
     for extra in ((), ("--no-lessons",)):
         done = swarmfab("run", gdn, "--max-evaluations", "1", "--db", db, "--workdir", workdir,
                         *extra, cwd=cwd, timeout=240)
