@@ -22,10 +22,10 @@ about the verifier, as it sizes timings) runs the cases whose size is what costs
 test's size, every other property kept: the prefill, the gates of 0 and the long packed
 sequence at 130 tokens instead of 1,024 (past the tile boundaries at 64 and 128; the
 prefill still over 64 pairs with grouped values), and the decode batch at 96 pairs in a
-pool of 32 slots instead of 384 in 128 (in place, at shuffled slots, slots left out).
-These took two thirds of a verification of the template at a test's size. Their names say
-"test-sized", so a verdict shows which battery judged it (and a kept verdict of one
-battery never answers for the other).
+pool of 32 slots instead of 384 in 128 (in place, at shuffled slots, slots left out):
+what a verification costs is mostly these cases. Their names say "test-sized", so a
+verdict shows which battery judged it (and a kept verdict of one battery never answers
+for the other).
 """
 
 from __future__ import annotations
