@@ -50,14 +50,15 @@ def battery_cases(threads: int) -> list[Case]:
     """The battery for a goal run on ``threads`` threads (the evaluator's count)."""
     sized = _test_sized()
     long = 130 if sized else 1024  # tokens of the long sequences
-    batch, pool = (24, 32) if sized else (96, 128)  # decode: sequences (x 4 value heads)
+    batch, pool = (24, 32) if sized else (96, 128)  # decode: sequences, state slots
+    decode = Shape(batch, 1, 2, 4, 128, 128, True, pool=pool)
     mark = " (test-sized)" if sized else ""
     mid = Shape(B=2, T=300, H=2, HV=4, K=128, V=128, initial_state=True)
     cases = [
         Case(f"battery: prefill B4 T{long} H4/HV16 K128{mark}",
              Shape(4, long, 4, 16, 128, 128, True), seed=_SEED),
-        Case(f"battery: decode in place, {batch * 4} pairs{mark}",
-             Shape(batch, 1, 2, 4, 128, 128, True, pool=pool), seed=_SEED + 1),
+        Case(f"battery: decode in place, {decode.B * decode.HV} pairs{mark}", decode,
+             seed=_SEED + 1),
         Case(f"battery: gates exactly 0 over {long} tokens{mark}",
              Shape(1, long, 2, 2, 128, 128), Distribution(gate_fill="0"), seed=_SEED + 2),
         Case("battery: a third of the gates -100", mid,
